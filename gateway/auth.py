@@ -1,0 +1,61 @@
+"""Gateway-key authentication for the data plane, against the in-memory snapshot.
+
+The token comes from `Authorization: Bearer <token>` (prefix case-insensitive) or else
+`x-api-key`; a missing, unknown or revoked key, or one whose owner is deactivated, is the same
+401 to the caller. Use is recorded off the request path, at most once a minute per key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest
+
+from gateway import tokens
+from gateway.errors import AuthenticationFailed
+from gateway.snapshot import KeyGrant, Snapshot
+
+logger = logging.getLogger(__name__)
+
+TOUCH_INTERVAL_S = 60.0
+_last_touch: dict[int, float] = {}
+_background: set[asyncio.Task[None]] = set()
+
+
+def presented_token(request: HttpRequest) -> str:
+    authorization = request.headers.get("Authorization", "").strip()
+    if authorization:
+        scheme, _, rest = authorization.partition(" ")
+        return rest.strip() if scheme.lower() == "bearer" else authorization
+    return request.headers.get("x-api-key", "").strip()
+
+
+def authenticate(request: HttpRequest, snapshot: Snapshot) -> KeyGrant:
+    token = presented_token(request)
+    grant = snapshot.keys_by_hash.get(tokens.digest(token)) if token else None
+    if grant is None:
+        raise AuthenticationFailed()
+    _record_use(grant.id)
+    return grant
+
+
+def _record_use(key_id: int) -> None:
+    now = time.monotonic()
+    if now - _last_touch.get(key_id, -TOUCH_INTERVAL_S) < TOUCH_INTERVAL_S:
+        return
+    _last_touch[key_id] = now
+    task = asyncio.get_running_loop().create_task(_touch(key_id))
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
+async def _touch(key_id: int) -> None:
+    from gateway.services import gateway_key_touch
+
+    try:
+        await sync_to_async(gateway_key_touch, thread_sensitive=True)(key_id=key_id)
+    except Exception:  # recording use must never fail or slow a request
+        logger.exception("could not record use of gateway key %s", key_id)

@@ -1,0 +1,55 @@
+"""The gateway's one exception tree. Each class knows its HTTP status and error type; each
+surface renders it in its own wire shape (surfaces/common.py holds the OpenAI rendering).
+
+    GatewayError                      500 server_error
+    ├── AuthenticationFailed          401 authentication_error   "Invalid API key"
+    ├── InvalidRequest                400 invalid_request_error
+    ├── Forbidden                     403 permission_error
+    ├── NotFound                      404 invalid_request_error  (code: unknown_url, model_not_found)
+    └── MethodNotAllowed              405 invalid_request_error
+
+Lower-layer errors are translated to the most specific class with `raise ... from exc`.
+"""
+
+from __future__ import annotations
+
+
+class GatewayError(Exception):
+    status = 500
+    type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, code: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.headers = headers or {}
+
+
+class AuthenticationFailed(GatewayError):
+    status = 401
+    type = "authentication_error"
+
+    def __init__(self) -> None:
+        super().__init__("Invalid API key")
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class Forbidden(GatewayError):
+    status = 403
+    type = "permission_error"
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+
+
+class MethodNotAllowed(GatewayError):
+    status = 405
+    type = "invalid_request_error"

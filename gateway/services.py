@@ -1,0 +1,143 @@
+"""Typed write operations on the gateway's configuration, shared by the admin, the management
+commands and the declarative config loader.
+
+Every write that changes what the data plane sees ends in `config_changed()`, which moves the
+configuration generation in the same transaction; that is how every gateway process learns to
+rebuild its snapshot. Keeping that here, not in save() or signals, means no writer can forget it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from gateway import crypto, tokens
+from gateway.models import ConfigState, GatewayKey, Profile, Provider, ProviderKey, Setting
+from gateway.settings_registry import validate_setting
+
+
+class KeyTokenError(ValueError):
+    """A gateway-key token given by an operator is unusable (too short, or already in use)."""
+
+
+def config_changed() -> None:
+    """Move the configuration generation; this process rebuilds its snapshot after commit."""
+    from gateway.snapshot import snapshots
+
+    updated = ConfigState.objects.filter(pk=1).update(generation=F("generation") + 1, changed_at=timezone.now())
+    if not updated:
+        ConfigState.objects.get_or_create(pk=1, defaults={"generation": 1})
+    transaction.on_commit(snapshots.mark_stale)
+
+
+def _key_aad(key: ProviderKey) -> bytes:
+    return f"freellm/provider-key/{key.uid}".encode("ascii")
+
+
+def provider_key_set_secret(*, key: ProviderKey, secret: str) -> None:
+    """Encrypt `secret` onto the (unsaved or saved) key row and refresh its hint."""
+    key.secret_ciphertext = crypto.encrypt(secret, aad=_key_aad(key))
+    key.secret_hint = crypto.mask(secret)
+
+
+def provider_key_secret(key: ProviderKey) -> str:
+    """The plaintext secret; raises crypto.DecryptError when it cannot be recovered."""
+    return crypto.decrypt(key.secret_ciphertext, aad=_key_aad(key))
+
+
+def provider_key_create(*, provider: Provider, label: str, secret: str, enabled: bool = True) -> ProviderKey:
+    key = ProviderKey(provider=provider, label=label, enabled=enabled)
+    provider_key_set_secret(key=key, secret=secret)
+    with transaction.atomic():
+        key.save()
+        config_changed()
+    return key
+
+
+def gateway_key_create(
+    *,
+    name: str,
+    owner: AbstractBaseUser,
+    rpm: int | None = None,
+    monthly_tokens: int | None = None,
+    allowed: Iterable[str] = (),
+    system_prompt: str = "",
+    token: str | None = None,
+) -> tuple[GatewayKey, str]:
+    """Create a key and return it with its token, the only time the token exists in clear."""
+    token = token if token is not None else tokens.mint()
+    key = GatewayKey(
+        name=name,
+        owner=owner,
+        rpm=rpm,
+        monthly_tokens=monthly_tokens,
+        allowed=list(allowed),
+        system_prompt=system_prompt,
+    )
+    gateway_key_set_token(key=key, token=token)
+    key.full_clean()
+    with transaction.atomic():
+        key.save()
+        config_changed()
+    return key, token
+
+
+def gateway_key_set_token(*, key: GatewayKey, token: str) -> None:
+    if len(token) < tokens.MIN_TOKEN_LENGTH:
+        raise KeyTokenError(f"a gateway key token must be at least {tokens.MIN_TOKEN_LENGTH} characters")
+    token_hash = tokens.digest(token)
+    if GatewayKey.objects.filter(token_hash=token_hash).exclude(pk=key.pk).exists():
+        raise KeyTokenError("this token is already used by another gateway key")
+    key.token_hash = token_hash
+    key.prefix = tokens.display_prefix(token)
+
+
+def gateway_key_revoke(*, key: GatewayKey) -> bool:
+    """Revoke the key (it stops authenticating); False when it was already revoked."""
+    if key.revoked_at is not None:
+        return False
+    with transaction.atomic():
+        key.revoked_at = timezone.now()
+        key.save(update_fields=["revoked_at"])
+        config_changed()
+    return True
+
+
+def gateway_key_touch(*, key_id: int) -> None:
+    """Record use; called off the hot path, at most once a minute per key."""
+    GatewayKey.objects.filter(pk=key_id).update(last_used_at=timezone.now())
+
+
+def profile_make_default(*, profile: Profile) -> None:
+    with transaction.atomic():
+        Profile.objects.filter(is_default=True).exclude(pk=profile.pk).update(is_default=False)
+        if not profile.is_default:
+            profile.is_default = True
+            profile.save(update_fields=["is_default"])
+        config_changed()
+
+
+def setting_set(*, name: str, value: Any) -> Setting:
+    """Store an override after validating it against the registry."""
+    clean = validate_setting(name, value)
+    with transaction.atomic():
+        row, _ = Setting.objects.update_or_create(name=name, defaults={"value": clean})
+        config_changed()
+    return row
+
+
+def user_ensure(*, username: str) -> AbstractBaseUser:
+    """The Django user of that name; created without a usable password (no admin login) if missing."""
+    user_model = get_user_model()
+    user = user_model.objects.filter(**{user_model.USERNAME_FIELD: username}).first()
+    if user is None:
+        user = user_model(**{user_model.USERNAME_FIELD: username})
+        user.set_unusable_password()
+        user.save()
+    return user

@@ -1,0 +1,79 @@
+"""Fixtures shared by the whole suite: users, gateway keys, and a live gateway on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import uvicorn
+from django.contrib.auth import get_user_model
+
+from gateway import services
+from gateway.snapshot import snapshots
+
+
+@pytest.fixture(autouse=True)
+def _fresh_snapshot() -> Iterator[None]:
+    """Each test sees the configuration it wrote, never a snapshot left by an earlier test."""
+    snapshots.mark_stale()
+    yield
+    snapshots.mark_stale()
+
+
+@pytest.fixture
+def owner(db):
+    return get_user_model().objects.create_user(username="alice", password=None)
+
+
+@pytest.fixture
+def gateway_key(owner):
+    """A fresh gateway key and its token: (GatewayKey, token)."""
+    return services.gateway_key_create(name="alice-laptop", owner=owner)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class LiveGateway:
+    """The real ASGI application served by uvicorn on a loopback port, in a background thread."""
+
+    def __init__(self) -> None:
+        from freellm_site.asgi import application
+
+        self.port = _free_port()
+        config = uvicorn.Config(
+            application, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", loop="asyncio"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()), daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the live gateway did not start")
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def live_gateway(transactional_db) -> Iterator[LiveGateway]:
+    gateway = LiveGateway()
+    gateway.start()
+    yield gateway
+    gateway.stop()
