@@ -7,10 +7,13 @@ test. A Setting row only exists for a value that differs from the default by the
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter, ValidationError
+
+logger = logging.getLogger(__name__)
 
 NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
 PositiveInt = Annotated[int, Field(ge=1, strict=True)]
@@ -89,5 +92,6 @@ def effective(overrides: dict[str, Any]) -> dict[str, Any]:
             try:
                 values[name] = spec.validate(overrides[name])
             except ValidationError:
-                pass
+                # A row written before the setting's type changed must not take the gateway down.
+                logger.warning("setting %s has an invalid stored value; using its default", name)
     return values

@@ -205,9 +205,7 @@ class SnapshotHolder:
         self._snapshot: Snapshot | None = None
         self._stale = True
         self._checked_at = 0.0
-        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
 
     def mark_stale(self) -> None:
         """This process changed the configuration: rebuild before the next request reads it."""

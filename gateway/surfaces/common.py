@@ -37,9 +37,7 @@ def openai_error(error: GatewayError) -> HttpResponse:
     return json_response({"error": body}, status=error.status, headers=error.headers)
 
 
-def data_plane_view(
-    *, methods: tuple[str, ...], render_error: ErrorRenderer = openai_error
-) -> Callable[[View], View]:
+def data_plane_view(*, methods: tuple[str, ...], render_error: ErrorRenderer = openai_error) -> Callable[[View], View]:
     def decorate(view: View) -> View:
         @functools.wraps(view)
         async def wrapper(request: HttpRequest) -> HttpResponse:
