@@ -56,6 +56,7 @@ def test_a_missing_or_unknown_key_is_a_401(live_gateway, gateway_key, headers):
     assert response.status_code == 401
     assert response.json() == INVALID
     assert response.headers["content-type"] == "application/json"
+    assert int(response.headers["content-length"]) == len(response.content)
 
 
 def test_the_openai_sdk_raises_authentication_error_for_an_unknown_key(live_gateway, gateway_key):

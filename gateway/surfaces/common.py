@@ -27,7 +27,10 @@ ErrorRenderer = Callable[[GatewayError], HttpResponse]
 
 
 def json_response(body: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> HttpResponse:
-    return HttpResponse(orjson.dumps(body), status=status, content_type="application/json", headers=headers)
+    payload = orjson.dumps(body)
+    response = HttpResponse(payload, status=status, content_type="application/json", headers=headers)
+    response["Content-Length"] = str(len(payload))
+    return response
 
 
 def openai_error(error: GatewayError) -> HttpResponse:
