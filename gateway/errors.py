@@ -6,7 +6,9 @@ surface renders it in its own wire shape (surfaces/common.py holds the OpenAI re
     ├── InvalidRequest                400 invalid_request_error
     ├── Forbidden                     403 permission_error
     ├── NotFound                      404 invalid_request_error  (code: unknown_url, model_not_found)
-    └── MethodNotAllowed              405 invalid_request_error
+    ├── MethodNotAllowed              405 invalid_request_error
+    └── UpstreamFailure               502 provider_error  (one failed upstream attempt; the fallback
+                                                           loop classifies it and decides what next)
 
 Lower-layer errors are translated to the most specific class with `raise ... from exc`.
 """
@@ -53,3 +55,38 @@ class NotFound(GatewayError):
 class MethodNotAllowed(GatewayError):
     status = 405
     type = "invalid_request_error"
+
+
+class UpstreamFailure(GatewayError):
+    """One upstream attempt failed: an HTTP error status, an in-band error frame, a transport
+    failure, a timeout, or an unusable answer (empty, truncated). Providers raise it; only the
+    classifier (gateway/routing/classify.py) interprets it.
+
+    `status` is the upstream HTTP status when there was one; `transport` marks connection-level
+    failures (reset, refused, DNS); `retry_after_s` is the back-off the upstream stated;
+    `skip_bench` exempts the failure from cooldowns (e.g. a truncated reasoning answer);
+    `skip_model` rules the model out for the rest of the request without a cooldown.
+    """
+
+    status = 502
+    type = "provider_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        upstream_status: int | None = None,
+        code: str | None = None,
+        transport: bool = False,
+        timeout: bool = False,
+        retry_after_s: float | None = None,
+        skip_bench: bool = False,
+        skip_model: bool = False,
+    ) -> None:
+        super().__init__(message, code=code)
+        self.upstream_status = upstream_status
+        self.transport = transport
+        self.timeout = timeout
+        self.retry_after_s = retry_after_s
+        self.skip_bench = skip_bench
+        self.skip_model = skip_model
