@@ -1,8 +1,10 @@
-"""ASGI entry point: Django for HTTP, plus the lifespan protocol Django lacks.
+"""ASGI entry point: the data plane for /v1 and /v1beta, Django for everything else, plus the
+lifespan protocol Django lacks.
 
-Start-up loads the configuration snapshot before the first request; shutdown is the hook
-where write-behind work is flushed. uvicorn (`manage.py serve`, `make run`) and daphne
-(`manage.py runserver`) both serve `application`.
+The data plane (gateway.http) bypasses Django's request handler on purpose: see that module.
+Start-up loads the configuration snapshot before the first request; shutdown is the hook where
+write-behind work is flushed and database connections are closed. uvicorn (`manage.py serve`,
+`make run`) and daphne (`manage.py runserver`) both serve `application`.
 """
 
 from __future__ import annotations
@@ -13,20 +15,27 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.asgi import get_asgi_application
-from django.db import connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "freellm_site.settings")
 
 django_application = get_asgi_application()
 
+from django.db import connections  # noqa: E402  (needs the settings configured above)
+
+from gateway.snapshot import snapshots  # noqa: E402
+from gateway.urls import data_plane  # noqa: E402
+
 logger = logging.getLogger("freellm")
 
 Scope = dict[str, Any]
+DATA_PLANE_PREFIXES = ("/v1/", "/v1beta/")
+
+
+def is_data_plane(path: str) -> bool:
+    return path.startswith(DATA_PLANE_PREFIXES) or path in ("/v1", "/v1beta")
 
 
 async def _lifespan(receive: Any, send: Any) -> None:
-    from gateway.snapshot import snapshots
-
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
@@ -44,7 +53,9 @@ async def _lifespan(receive: Any, send: Any) -> None:
 
 
 async def application(scope: Scope, receive: Any, send: Any) -> None:
-    if scope["type"] == "lifespan":
+    if scope["type"] == "http" and is_data_plane(scope["path"]):
+        await data_plane(scope, receive, send)
+    elif scope["type"] == "lifespan":
         await _lifespan(receive, send)
-        return
-    await django_application(scope, receive, send)
+    else:
+        await django_application(scope, receive, send)

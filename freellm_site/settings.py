@@ -50,22 +50,20 @@ INSTALLED_APPS = [
     "gateway",
     "dashboard",
 ]
-# Every middleware is async-capable. Django's own (MiddlewareMixin-based) middleware hops to a
-# thread for each request, so they are wrapped to run only for the admin and dashboard; the
-# /v1 data plane passes through without a thread hop.
+# The data plane (/v1, /v1beta) never reaches Django's handler or this middleware (see
+# gateway/http.py), so these run only for the admin, the dashboard and static files. Every one
+# is async-capable; ServeStatic comes first and is natively async, so static files are served
+# without a thread hop.
 MIDDLEWARE = [
-    "freellm_site.middleware.RequestIdMiddleware",
     "servestatic.middleware.ServeStaticMiddleware",
-    "freellm_site.middleware.WebSecurityMiddleware",
-    "freellm_site.middleware.WebSessionMiddleware",
-    "freellm_site.middleware.WebCommonMiddleware",
-    "freellm_site.middleware.WebCsrfViewMiddleware",
-    "freellm_site.middleware.WebAuthenticationMiddleware",
-    "freellm_site.middleware.WebMessageMiddleware",
-    "freellm_site.middleware.WebXFrameOptionsMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
-# The admin's checks look for Django's own classes in MIDDLEWARE; the Web* wrappers run them.
-SILENCED_SYSTEM_CHECKS = ["admin.E408", "admin.E409", "admin.E410"]
 
 ROOT_URLCONF = "freellm_site.urls"
 

@@ -1,13 +1,13 @@
-"""URL map: the /v1 data plane, the admin console, and the dashboard."""
+"""Django's URL map: the admin console and the dashboard. The /v1 data plane is routed in
+freellm_site/asgi.py before Django sees a request (gateway/urls.py)."""
 
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import path
 from django.views.generic import RedirectView
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
-    path("v1/", include("gateway.urls")),
     path("admin/", admin.site.urls),
 ]

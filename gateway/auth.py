@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 
 from asgiref.sync import sync_to_async
-from django.http import HttpRequest
 
 from gateway import tokens
 from gateway.errors import AuthenticationFailed
@@ -25,16 +25,17 @@ _last_touch: dict[int, float] = {}
 _background: set[asyncio.Task[None]] = set()
 
 
-def presented_token(request: HttpRequest) -> str:
-    authorization = request.headers.get("Authorization", "").strip()
+def presented_token(headers: Mapping[str, str]) -> str:
+    """The token from `Authorization` (lower-cased header names, as gateway.http gives them)."""
+    authorization = headers.get("authorization", "").strip()
     if authorization:
         scheme, _, rest = authorization.partition(" ")
         return rest.strip() if scheme.lower() == "bearer" else authorization
-    return request.headers.get("x-api-key", "").strip()
+    return headers.get("x-api-key", "").strip()
 
 
-def authenticate(request: HttpRequest, snapshot: Snapshot) -> KeyGrant:
-    token = presented_token(request)
+def authenticate(headers: Mapping[str, str], snapshot: Snapshot) -> KeyGrant:
+    token = presented_token(headers)
     grant = snapshot.keys_by_hash.get(tokens.digest(token)) if token else None
     if grant is None:
         raise AuthenticationFailed()

@@ -1,13 +1,14 @@
-"""The /v1 data plane's routes. Any other /v1 path answers 404 in the OpenAI error shape."""
+"""The data plane's routes (served by gateway.http.DataPlane, not by Django's URL resolver).
+Any other /v1 or /v1beta path answers 404 in the OpenAI error shape."""
 
 from __future__ import annotations
 
-from django.urls import path, re_path
-
+from gateway.http import DataPlane, Handler
 from gateway.surfaces import models as models_surface
-from gateway.surfaces.common import not_found
+from gateway.surfaces.common import not_found, plain_error
 
-urlpatterns = [
-    path("models", models_surface.list_models),
-    re_path(r"^.*$", not_found),
-]
+ROUTES: dict[str, Handler] = {
+    "/v1/models": models_surface.list_models,
+}
+
+data_plane = DataPlane(ROUTES, fallback=not_found, error_response=plain_error)

@@ -1,9 +1,9 @@
-"""What every data-plane view shares: JSON responses, the OpenAI error shape, and the
-`data_plane_view` decorator (method check, snapshot, authentication, error rendering).
+"""What every data-plane handler shares: the OpenAI error shape and the `data_plane_view`
+decorator (method check, snapshot, authentication, error rendering).
 
-A view is a shell: it gets an authenticated request with `request.grant` and
-`request.snapshot` set, and raises GatewayError subclasses; rendering them is done here, once.
-Anything unexpected becomes a 500 in the surface's shape, never an HTML traceback.
+A handler is a shell: it gets an authenticated request with `request.state["grant"]` and
+`request.state["snapshot"]` set, and raises GatewayError subclasses; rendering them is done
+here, once. Anything unexpected becomes a 500 in the surface's shape, never a traceback.
 """
 
 from __future__ import annotations
@@ -13,58 +13,53 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
-from django.http import HttpRequest, HttpResponse
-
 from gateway.auth import authenticate
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
+from gateway.http import Handler, Request, Response, StreamingResponse, json_response
 from gateway.snapshot import snapshots
 
 logger = logging.getLogger(__name__)
 
-View = Callable[[HttpRequest], Awaitable[HttpResponse]]
-ErrorRenderer = Callable[[GatewayError], HttpResponse]
+ErrorRenderer = Callable[[GatewayError], Response]
+View = Callable[[Request], Awaitable[Response | StreamingResponse]]
 
 
-def json_response(body: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> HttpResponse:
-    payload = orjson.dumps(body)
-    response = HttpResponse(payload, status=status, content_type="application/json", headers=headers)
-    response["Content-Length"] = str(len(payload))
-    return response
-
-
-def openai_error(error: GatewayError) -> HttpResponse:
+def openai_error(error: GatewayError) -> Response:
     body: dict[str, Any] = {"message": error.message, "type": error.type}
     if error.code is not None:
         body["code"] = error.code
     return json_response({"error": body}, status=error.status, headers=error.headers)
 
 
-def data_plane_view(*, methods: tuple[str, ...], render_error: ErrorRenderer = openai_error) -> Callable[[View], View]:
-    def decorate(view: View) -> View:
+def data_plane_view(
+    *, methods: tuple[str, ...], render_error: ErrorRenderer = openai_error
+) -> Callable[[View], Handler]:
+    def decorate(view: View) -> Handler:
         @functools.wraps(view)
-        async def wrapper(request: HttpRequest) -> HttpResponse:
+        async def handler(request: Request) -> Response | StreamingResponse:
             try:
                 if request.method not in methods:
                     raise MethodNotAllowed(f"Method {request.method} is not allowed on {request.path}")
                 snapshot = await snapshots.get()
-                request.snapshot = snapshot  # type: ignore[attr-defined]
-                request.grant = authenticate(request, snapshot)  # type: ignore[attr-defined]
+                request.state["snapshot"] = snapshot
+                request.state["grant"] = authenticate(request.headers, snapshot)
                 return await view(request)
             except GatewayError as error:
                 return render_error(error)
-            except Exception:
-                logger.exception("unexpected error serving %s %s", request.method, request.path)
-                return render_error(GatewayError("The gateway hit an internal error; see its log."))
 
-        wrapper.csrf_exempt = True  # type: ignore[attr-defined]
-        return wrapper
+        return handler
 
     return decorate
 
 
-async def not_found(request: HttpRequest) -> HttpResponse:
+async def not_found(request: Request) -> Response:
     return openai_error(NotFound(f"Invalid URL ({request.method} {request.path})", code="unknown_url"))
 
 
-not_found.csrf_exempt = True  # type: ignore[attr-defined]
+def plain_error(request: Request, status: int, message: str) -> Response:
+    """Errors raised by the HTTP layer itself (body too large, an unexpected exception)."""
+    error_type = "invalid_request_error" if status < 500 else "server_error"
+    body: dict[str, Any] = {"message": message, "type": error_type}
+    if status == 413:
+        body["code"] = "request_too_large"
+    return json_response({"error": body}, status=status)

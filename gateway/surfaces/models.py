@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse
-
+from gateway.http import Request, Response, json_response
 from gateway.snapshot import KeyGrant, ModelInfo, Snapshot
-from gateway.surfaces.common import data_plane_view, json_response
+from gateway.surfaces.common import data_plane_view
 
 OWNER = "freellm"
 
@@ -70,5 +69,5 @@ def model_list(snapshot: Snapshot, grant: KeyGrant) -> dict[str, Any]:
 
 
 @data_plane_view(methods=("GET",))
-async def list_models(request: HttpRequest) -> HttpResponse:
-    return json_response(model_list(request.snapshot, request.grant))  # type: ignore[attr-defined]
+async def list_models(request: Request) -> Response:
+    return json_response(model_list(request.state["snapshot"], request.state["grant"]))
