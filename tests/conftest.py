@@ -15,6 +15,8 @@ from django.contrib.auth import get_user_model
 from gateway import services
 from gateway.snapshot import snapshots
 
+pytest_plugins = ["tests.fakes.fixtures"]
+
 
 @pytest.fixture(autouse=True)
 def _fresh_snapshot() -> Iterator[None]:
