@@ -22,6 +22,8 @@ django_application = get_asgi_application()
 
 from django.db import connections  # noqa: E402  (needs the settings configured above)
 
+from gateway.logwriter import log_writer  # noqa: E402
+from gateway.providers.pool import close_pools  # noqa: E402
 from gateway.snapshot import snapshots  # noqa: E402
 from gateway.urls import data_plane  # noqa: E402
 
@@ -47,6 +49,8 @@ async def _lifespan(receive: Any, send: Any) -> None:
                 return
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
+            await log_writer.stop()
+            await close_pools()
             await sync_to_async(connections.close_all, thread_sensitive=True)()
             await send({"type": "lifespan.shutdown.complete"})
             return

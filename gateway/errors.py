@@ -7,6 +7,8 @@ surface renders it in its own wire shape (surfaces/common.py holds the OpenAI re
     ├── Forbidden                     403 permission_error
     ├── NotFound                      404 invalid_request_error  (code: unknown_url, model_not_found)
     ├── MethodNotAllowed              405 invalid_request_error
+    ├── TurnFailed                    the status and type the fallback loop decided (exhaustion,
+    │                                 a fatal upstream error, a gateway-key limit)
     └── UpstreamFailure               502 provider_error  (one failed upstream attempt; the fallback
                                                            loop classifies it and decides what next)
 
@@ -21,12 +23,20 @@ class GatewayError(Exception):
     type = "server_error"
     code: str | None = None
 
-    def __init__(self, message: str, *, code: str | None = None, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+        extra: dict[str, object] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         if code is not None:
             self.code = code
         self.headers = headers or {}
+        self.extra = extra or {}
 
 
 class AuthenticationFailed(GatewayError):
@@ -55,6 +65,24 @@ class NotFound(GatewayError):
 class MethodNotAllowed(GatewayError):
     status = 405
     type = "invalid_request_error"
+
+
+class TurnFailed(GatewayError):
+    """A request the gateway could not serve, with the status and error type the loop chose."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        type: str,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+        extra: dict[str, object] | None = None,
+    ) -> None:
+        super().__init__(message, code=code, headers=headers, extra=extra)
+        self.status = status
+        self.type = type
 
 
 class UpstreamFailure(GatewayError):

@@ -97,6 +97,7 @@ class Snapshot:
     models: tuple[ModelInfo, ...] = ()
     profiles: dict[str, ProfileInfo] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    catalog_ids: frozenset[str] = frozenset()
 
     @property
     def default_profile(self) -> ProfileInfo | None:
@@ -188,6 +189,7 @@ def load_snapshot() -> Snapshot:
         for row in Profile.objects.all()
     }
     overrides = dict(Setting.objects.values_list("name", "value"))
+    catalog_ids = frozenset(CatalogModel.objects.values_list("public_id", flat=True))
     return Snapshot(
         generation=generation,
         keys_by_hash=keys,
@@ -195,6 +197,7 @@ def load_snapshot() -> Snapshot:
         models=models,
         profiles=profiles,
         settings=settings_registry.effective(overrides),
+        catalog_ids=catalog_ids,
     )
 
 

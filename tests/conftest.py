@@ -13,15 +13,18 @@ import uvicorn
 from django.contrib.auth import get_user_model
 
 from gateway import services
+from gateway.routing.state import MemoryStateStore, use_store
 from gateway.snapshot import snapshots
 
 pytest_plugins = ["tests.fakes.fixtures"]
 
 
 @pytest.fixture(autouse=True)
-def _fresh_snapshot() -> Iterator[None]:
-    """Each test sees the configuration it wrote, never a snapshot left by an earlier test."""
+def _fresh_state() -> Iterator[None]:
+    """Each test sees the configuration it wrote and no cooldown, counter or lease left by an
+    earlier test."""
     snapshots.mark_stale()
+    use_store(MemoryStateStore())
     yield
     snapshots.mark_stale()
 

@@ -48,6 +48,6 @@ def register(adapter: type[ProviderAdapter]) -> type[ProviderAdapter]:
 
 
 def adapter_class(kind: str) -> type[ProviderAdapter]:
-    from gateway.providers import demo  # noqa: F401  (registers itself)
+    from gateway.providers import demo, openai_compat  # noqa: F401  (they register themselves)
 
     return ADAPTERS[kind]

@@ -49,7 +49,7 @@ class DemoProvider(ProviderAdapter):
             if budget is not None and estimate_tokens(emitted + piece) > budget:
                 finish = "length"
                 break
-            if self.chunk_delay_s:
+            if self.chunk_delay_s and request.stream:
                 await asyncio.sleep(self.chunk_delay_s)
             emitted += piece
             yield TextDelta(piece)

@@ -28,6 +28,7 @@ def openai_error(error: GatewayError) -> Response:
     body: dict[str, Any] = {"message": error.message, "type": error.type}
     if error.code is not None:
         body["code"] = error.code
+    body.update(error.extra)
     return json_response({"error": body}, status=error.status, headers=error.headers)
 
 

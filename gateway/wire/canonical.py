@@ -36,26 +36,49 @@ class Message(BaseModel):
 
 
 class CanonicalRequest(BaseModel):
+    """One chat turn as every provider receives it.
+
+    Fields the core acts on are explicit; sampling knobs and unknown client fields travel in
+    `params` exactly as the client sent them (an OpenAI-compatible upstream gets them verbatim,
+    other providers pick the ones they understand).
+    """
+
     model_config = ConfigDict(extra="forbid")
 
     model: str
     messages: list[Message]
     stream: bool = False
     max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
     stop: list[str] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
-    extra: dict[str, Any] = Field(default_factory=dict)
+    response_format: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def wants_tools(self) -> bool:
+        return bool(self.tools)
 
 
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
 
 
 @dataclass(frozen=True, slots=True)
+class Meta:
+    """The upstream response's identity, re-emitted so a client sees the upstream's ids."""
+
+    id: str | None = None
+    created: int | None = None
+    model: str | None = None
+    system_fingerprint: str | None = None
+    extra: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class TextDelta:
     text: str
+    logprobs: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +99,8 @@ class Usage:
     input_tokens: int | None = None
     output_tokens: int | None = None
     reasoning_tokens: int | None = None
+    total_tokens: int | None = None
+    raw: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,17 +108,26 @@ class Finish:
     reason: FinishReason
 
 
-@dataclass(frozen=True, slots=True)
-class UpstreamError:
-    """An error the upstream reported in-band, after its response had started."""
-
-    message: str
-    status: int | None = None
-
-
-Event = TextDelta | ReasoningDelta | ToolCallDelta | Usage | Finish | UpstreamError
+Event = Meta | TextDelta | ReasoningDelta | ToolCallDelta | Usage | Finish
 
 
 def estimate_tokens(text: str) -> int:
     """The chars/4 estimate used wherever an upstream gives no usage."""
     return (len(text) + 3) // 4
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCalls:
+    """Complete tool calls, emitted once after any text (the pump never forwards fragments)."""
+
+    calls: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFailed:
+    """The served attempt failed after commit: the surface reports it in-band and ends the turn."""
+
+    message: str
+
+
+Output = Meta | TextDelta | ReasoningDelta | ToolCalls | Finish | Usage | StreamFailed

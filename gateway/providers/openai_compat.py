@@ -1,0 +1,307 @@
+"""The OpenAI-compatible provider adapter (Groq, Cerebras, OpenRouter, Mistral, vLLM, Ollama, ...).
+
+Canonical request → `POST <base_url>/chat/completions`; the upstream's SSE stream (or JSON body)
+→ canonical events. Everything that can go wrong upstream leaves this module as one
+`UpstreamFailure` carrying the status, the upstream's own message, and any back-off it stated;
+the classifier decides what it means. Streams are read by the standard SSE decoder with a
+first-byte and a stall timeout, an in-band `{"error": ...}` frame is a failure, and a body that
+ends with neither `[DONE]` nor a finish reason is a truncation, never a silent success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+
+from gateway.errors import UpstreamFailure
+from gateway.providers.backoff import error_code, error_text, stated_backoff
+from gateway.providers.base import ProviderAdapter, UpstreamTarget, register
+from gateway.stream.sse import SSEDecoder
+from gateway.stream.think import ThinkSplitter, split_think
+from gateway.wire.canonical import (
+    CanonicalRequest,
+    Event,
+    Finish,
+    Meta,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+
+STALL_TIMEOUT_S = 90.0
+CONNECT_TIMEOUT_S = 10.0
+_META_KEYS = frozenset({"id", "object", "created", "model", "choices", "usage", "system_fingerprint"})
+
+
+def request_body(request: CanonicalRequest, target: UpstreamTarget) -> dict[str, Any]:
+    """The upstream JSON: the client's knobs verbatim, the routed upstream model id."""
+    body: dict[str, Any] = dict(request.params)
+    body["model"] = target.model.upstream_id
+    body["messages"] = [message.model_dump(exclude_none=True) for message in request.messages]
+    for name in ("max_tokens", "stop", "tools", "tool_choice", "response_format", "reasoning_effort"):
+        value = getattr(request, name)
+        if value is not None:
+            body[name] = value
+    if request.stream:
+        body["stream"] = True
+        # Always ask for usage so accounting uses real counts; the surface re-emits the usage
+        # frame only to clients that asked for it themselves.
+        body["stream_options"] = {**(request.params.get("stream_options") or {}), "include_usage": True}
+    else:
+        body.pop("stream", None)
+        body.pop("stream_options", None)
+    return body
+
+
+def usage_event(raw: dict[str, Any]) -> Usage:
+    details = raw.get("completion_tokens_details") or {}
+    return Usage(
+        input_tokens=raw.get("prompt_tokens"),
+        output_tokens=raw.get("completion_tokens"),
+        reasoning_tokens=details.get("reasoning_tokens") if isinstance(details, dict) else None,
+        total_tokens=raw.get("total_tokens"),
+        raw=raw,
+    )
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return ""
+
+
+def _meta(frame: dict[str, Any]) -> Meta:
+    extra = {key: value for key, value in frame.items() if key not in _META_KEYS}
+    return Meta(
+        id=frame.get("id"),
+        created=frame.get("created"),
+        model=frame.get("model"),
+        system_fingerprint=frame.get("system_fingerprint"),
+        extra=extra or None,
+    )
+
+
+@register
+class OpenAICompatibleProvider(ProviderAdapter):
+    kind = "openai"
+
+    def stream(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Event]:
+        if request.stream:
+            return self._stream(request, target)
+        return self._complete(request, target)
+
+    def _headers(self, target: UpstreamTarget) -> dict[str, str]:
+        headers = {"content-type": "application/json"}
+        if target.key is not None and target.key.secret:
+            headers["authorization"] = f"Bearer {target.key.secret}"
+        return headers
+
+    def _url(self, target: UpstreamTarget) -> str:
+        return target.provider.base_url.rstrip("/") + "/chat/completions"
+
+    def _client(self) -> httpx.AsyncClient:
+        if self.client is None:
+            raise RuntimeError("the OpenAI-compatible adapter needs an httpx.AsyncClient")
+        return self.client
+
+    async def _failure(self, response: httpx.Response, target: UpstreamTarget) -> UpstreamFailure:
+        raw = await response.aread()
+        try:
+            body: Any = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            body = None
+        text = raw.decode("utf-8", "replace")
+        message = error_text(body if body is not None else text, response.reason_phrase)
+        return UpstreamFailure(
+            f"{target.provider.name} API error {response.status_code}: {message}",
+            upstream_status=response.status_code,
+            code=error_code(body),
+            retry_after_s=stated_backoff(response.headers, body, text),
+        )
+
+    async def _complete(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Event]:
+        timeout = target.provider.timeout_s or None
+        try:
+            async with asyncio.timeout(timeout):
+                response = await self._client().post(
+                    self._url(target),
+                    content=orjson.dumps(request_body(request, target)),
+                    headers=self._headers(target),
+                    timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_S),
+                )
+                if response.status_code >= 400:
+                    raise await self._failure(response, target)
+                payload = orjson.loads(response.content)
+        except TimeoutError as exc:
+            raise UpstreamFailure(
+                f"{target.provider.name} request timed out after {timeout:g}s (timeout)", timeout=True
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise _transport_failure(target, exc) from exc
+        except orjson.JSONDecodeError as exc:
+            raise UpstreamFailure(f"{target.provider.name} returned a non-JSON body") from exc
+        if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list):
+            message = error_text(payload, "no choices in the response")
+            raise UpstreamFailure(f"in-band provider error from {target.provider.name}: {message}")
+        for event in _completion_events(payload):
+            yield event
+
+    async def _stream(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Event]:
+        name = target.provider.name
+        first_byte_s = max(target.provider.timeout_s or 0, STALL_TIMEOUT_S) or None
+        try:
+            async with self._client().stream(
+                "POST",
+                self._url(target),
+                content=orjson.dumps(request_body(request, target)),
+                headers=self._headers(target),
+                timeout=httpx.Timeout(first_byte_s, connect=CONNECT_TIMEOUT_S),
+            ) as response:
+                if response.status_code >= 400:
+                    raise await self._failure(response, target)
+                async for event in _read_stream(response, name, first_byte_s):
+                    yield event
+        except httpx.HTTPError as exc:
+            raise _transport_failure(target, exc) from exc
+
+
+async def _read_stream(response: httpx.Response, name: str, first_byte_s: float | None) -> AsyncIterator[Event]:
+    decoder = SSEDecoder()
+    think = ThinkSplitter()
+    chunks = response.aiter_raw()
+    saw_finish = False
+    last_id: str | None = None
+    wait = first_byte_s
+    while True:
+        try:
+            async with asyncio.timeout(wait):
+                chunk = await anext(chunks)
+        except StopAsyncIteration:
+            break
+        except TimeoutError as exc:
+            if wait == first_byte_s:
+                raise UpstreamFailure(
+                    f"{name} stream: no first byte within {int((wait or 0) * 1000)}ms (first-byte timeout)",
+                    timeout=True,
+                ) from exc
+            raise UpstreamFailure(
+                f"{name} stream stalled: no data for {int(STALL_TIMEOUT_S * 1000)}ms (timeout)", timeout=True
+            ) from exc
+        wait = STALL_TIMEOUT_S
+        for message in decoder.feed(chunk):
+            data = message.data
+            if data == "[DONE]":
+                reasoning, text = think.finish()
+                if reasoning:
+                    yield ReasoningDelta(reasoning)
+                if text:
+                    yield TextDelta(text)
+                return
+            try:
+                frame = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                continue
+            if not isinstance(frame, dict):
+                continue
+            if frame.get("error") and frame.get("choices") is None:
+                detail = error_text(frame, data[:200])
+                raise UpstreamFailure(f"in-band provider error from {name}: {detail}")
+            if frame.get("id") and frame["id"] != last_id:
+                last_id = frame["id"]
+                yield _meta(frame)
+            for event in _frame_events(frame, think):
+                if isinstance(event, Finish):
+                    saw_finish = True
+                yield event
+    decoder.close()
+    reasoning, text = think.finish()
+    if reasoning:
+        yield ReasoningDelta(reasoning)
+    if text:
+        yield TextDelta(text)
+    if not saw_finish:
+        raise UpstreamFailure(
+            f"{name} stream ended unexpectedly (no [DONE], no finish_reason) — connection reset or truncated upstream",
+            transport=True,
+        )
+
+
+def _frame_events(frame: dict[str, Any], think: ThinkSplitter) -> list[Event]:
+    events: list[Event] = []
+    choices = frame.get("choices")
+    finish: Finish | None = None
+    if choices:
+        choice = choices[0]
+        delta = choice.get("delta") or {}
+        reasoning = delta.get("reasoning_content")
+        if not isinstance(reasoning, str):
+            reasoning = delta.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            events.append(ReasoningDelta(reasoning))
+        for call in delta.get("tool_calls") or ():
+            function = call.get("function") or {}
+            events.append(
+                ToolCallDelta(
+                    index=call.get("index") or 0,
+                    id=call.get("id"),
+                    name=function.get("name"),
+                    arguments=function.get("arguments") or "",
+                )
+            )
+        content = _text_of(delta.get("content"))
+        if content:
+            thought, text = think.feed(content)
+            if thought:
+                events.append(ReasoningDelta(thought))
+            if text:
+                events.append(TextDelta(text, logprobs=choice.get("logprobs")))
+        if choice.get("finish_reason"):
+            finish = Finish(choice["finish_reason"])
+    usage = frame.get("usage")
+    if isinstance(usage, dict):
+        events.append(usage_event(usage))
+    if finish is not None:
+        events.append(finish)
+    return events
+
+
+def _completion_events(payload: dict[str, Any]) -> list[Event]:
+    events: list[Event] = [_meta(payload)]
+    choice = payload["choices"][0] if payload["choices"] else {}
+    message = choice.get("message") or {}
+    reasoning = message.get("reasoning_content")
+    if not isinstance(reasoning, str):
+        reasoning = message.get("reasoning") if isinstance(message.get("reasoning"), str) else ""
+    thought, text = split_think(_text_of(message.get("content")))
+    reasoning = "\n".join(part for part in (reasoning, thought) if part)
+    if reasoning:
+        events.append(ReasoningDelta(reasoning))
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):
+            arguments = orjson.dumps(arguments).decode() if arguments is not None else ""
+        events.append(ToolCallDelta(index=index, id=call.get("id"), name=function.get("name"), arguments=arguments))
+    if text:
+        events.append(TextDelta(text, logprobs=choice.get("logprobs")))
+    usage = payload.get("usage")
+    if isinstance(usage, dict):
+        events.append(usage_event(usage))
+    if choice.get("finish_reason"):
+        events.append(Finish(choice["finish_reason"]))
+    return events
+
+
+def _transport_failure(target: UpstreamTarget, exc: httpx.HTTPError) -> UpstreamFailure:
+    timeout = isinstance(exc, httpx.TimeoutException)
+    kind = "timeout" if timeout else "connection error"
+    return UpstreamFailure(
+        f"{target.provider.name} {kind}: {type(exc).__name__}", transport=not timeout, timeout=timeout
+    )

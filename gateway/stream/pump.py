@@ -1,0 +1,237 @@
+"""The streaming pump: one attempt's raw provider events in, the clean canonical turn out.
+
+It protects the commit point (DESIGN.md). The pump yields nothing until the first real payload
+(content, reasoning, or complete tool calls) is ready; its first yield IS the commit, and
+everything before it (metadata, role-only and keep-alive frames, held text) is invisible, so a
+failure there raises UpstreamFailure and the fallback loop moves on unseen. After the commit an
+upstream failure becomes one `StreamFailed` event and the turn ends honestly.
+
+What the clean stream guarantees every surface: `Meta` first; text and reasoning as they come;
+tool calls once, complete and repaired, after the text; exactly one `Finish`; then `Usage` if
+the upstream reported any. With tools declared, text that may be an inline tool-call dialect is
+held (undecided → passthrough or dialect, spec/streaming.md §3.1) and rescued at the end (§9.2).
+Non-stream turns hold all text to the end, rescue dialects anywhere (JSON included) and heal
+structured output (§4).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from gateway.errors import UpstreamFailure
+from gateway.stream.dialect import contains_marker, could_become_marker, rescue_inline_tool_calls, starts_with_marker
+from gateway.stream.toolcalls import ToolCallBuffer, tool_schemas
+from gateway.wire.canonical import (
+    CanonicalRequest,
+    Event,
+    Finish,
+    Meta,
+    Output,
+    ReasoningDelta,
+    StreamFailed,
+    TextDelta,
+    ToolCallDelta,
+    ToolCalls,
+    Usage,
+    estimate_tokens,
+)
+
+HOLD_LIMIT = 256
+_FENCED_JSON = re.compile(r"```(?:json)?\s*\n?(.*?)```", re.DOTALL)
+
+
+class Pump:
+    """One attempt. Read `first_token_at`, `output_estimate` and `committed` after running it."""
+
+    def __init__(self, request: CanonicalRequest, *, display_name: str, streaming: bool) -> None:
+        self.request = request
+        self.display_name = display_name
+        self.streaming = streaming
+        self.schemas = tool_schemas(request.tools)
+        self.wants_tools = bool(request.tools)
+        self.committed = False
+        self.first_token_at: float | None = None
+        self.output_estimate = 0
+        self.usage: Usage | None = None
+        self.upstream_finish: str | None = None
+        self._meta = Meta()
+        self._mode = "passthrough" if (streaming and not self.wants_tools) else "undecided"
+        if not streaming:
+            self._mode = "hold"
+        self._held = ""
+        self._reasoning: list[str] = []
+        self._tools = ToolCallBuffer()
+
+    async def run(self, events: AsyncIterator[Event]) -> AsyncIterator[Output]:
+        try:
+            async for event in events:
+                for output in self._consume(event):
+                    yield output
+            for output in self._finish():
+                yield output
+        except UpstreamFailure as failure:
+            if not self.committed:
+                raise
+            yield StreamFailed(f"Provider error ({self.display_name}): {failure.message}")
+
+    def _commit(self) -> list[Output]:
+        if self.committed:
+            return []
+        self.committed = True
+        return [self._meta]
+
+    def _token_seen(self) -> None:
+        if self.first_token_at is None:
+            self.first_token_at = time.monotonic()
+
+    def _consume(self, event: Event) -> list[Output]:
+        if isinstance(event, TextDelta):
+            return self._text(event) if event.text else []
+        if isinstance(event, ReasoningDelta):
+            if not event.text:
+                return []
+            self._token_seen()
+            self.output_estimate += estimate_tokens(event.text)
+            if not self.streaming:
+                self._reasoning.append(event.text)
+                return []
+            return [*self._commit(), event]
+        if isinstance(event, ToolCallDelta):
+            self._tools.add(event.index, event.id, event.name, event.arguments)
+            return []
+        if isinstance(event, Meta):
+            self._meta = _merge_meta(self._meta, event)
+            return []
+        if isinstance(event, Usage):
+            self.usage = event
+            return []
+        if isinstance(event, Finish):
+            self.upstream_finish = event.reason
+        return []
+
+    def _text(self, event: TextDelta) -> list[Output]:
+        self._token_seen()
+        self.output_estimate += estimate_tokens(event.text)
+        if self._mode == "passthrough":
+            return [*self._commit(), event]
+        self._held += event.text
+        if self._mode != "undecided":
+            return []
+        probe = self._held.lstrip()
+        if starts_with_marker(probe):
+            self._mode = "dialect"
+            return []
+        if not could_become_marker(probe) or len(probe) > HOLD_LIMIT:
+            self._mode = "passthrough"
+            held, self._held = self._held, ""
+            return [*self._commit(), TextDelta(held)]
+        return []
+
+    def _finish(self) -> list[Output]:
+        calls = self._tools.assemble(self.schemas)
+        text = self._held
+        if self.wants_tools and text and self._should_rescue(text, has_calls=bool(calls)):
+            rescue = rescue_inline_tool_calls(text, self.schemas, allow_json=not self.streaming)
+            if rescue.detected:
+                if rescue.calls is None:
+                    raise UpstreamFailure(
+                        f"unparseable inline tool-call dialect from {self.display_name}: {text[:120]}"
+                    )
+                calls = [*calls, *rescue.calls]
+                text = rescue.clean_text
+        reasoning = "".join(self._reasoning)
+        if not calls and not text.strip() and not self.committed and not reasoning:
+            raise UpstreamFailure(
+                f"empty completion from {self.display_name} (stream produced no content and no tool calls)",
+                skip_bench=self.upstream_finish == "length",
+            )
+        if not self.streaming and not calls and text.strip():
+            text = self._structured(text)
+        outputs: list[Output] = self._commit()
+        if reasoning:
+            outputs.append(ReasoningDelta(reasoning))
+        if text and (text.strip() or calls or not self.streaming):
+            outputs.append(TextDelta(text))
+        if calls:
+            self.output_estimate += estimate_tokens("".join(call.arguments for call in calls))
+            outputs.append(ToolCalls(tuple(calls)))
+        if calls:
+            finish = "tool_calls"
+        elif self.upstream_finish and self.upstream_finish != "tool_calls":
+            finish = self.upstream_finish
+        else:
+            finish = "stop"
+        outputs.append(Finish(finish))  # type: ignore[arg-type]
+        if self.usage is not None:
+            outputs.append(self.usage)
+        return outputs
+
+    def _should_rescue(self, text: str, *, has_calls: bool) -> bool:
+        if not self.streaming:
+            return not has_calls
+        return self._mode == "dialect" or (self._mode == "undecided" and contains_marker(text))
+
+    def _structured(self, text: str) -> str:
+        """Structured-output healing (§4.5): the JSON the client asked for, or a failover."""
+        kind = (self.request.response_format or {}).get("type")
+        if kind not in ("json_object", "json_schema"):
+            return text
+        healed = heal_json(text)
+        if healed is not None:
+            return healed
+        if self.upstream_finish == "length":
+            raise UpstreamFailure(
+                f"truncated JSON from {self.display_name} (finish_reason=length — raise max_tokens for this "
+                f"{kind} request)",
+                skip_bench=True,
+                skip_model=True,
+            )
+        raise UpstreamFailure(
+            f"{self.display_name} ignored response_format (returned non-JSON despite {kind})",
+            skip_bench=True,
+            skip_model=True,
+        )
+
+
+def _parses(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def heal_json(text: str) -> str | None:
+    """The JSON document in `text`: itself trimmed, a fenced block, or the longest braced slice."""
+    trimmed = text.strip()
+    if _parses(trimmed):
+        return trimmed
+    for block in _FENCED_JSON.findall(text):
+        if _parses(block.strip()):
+            return block.strip()
+    slices = []
+    for opener, closer in (("{", "}"), ("[", "]")):
+        start, end = text.find(opener), text.rfind(closer)
+        if start != -1 and end > start:
+            slices.append(text[start : end + 1])
+    for candidate in sorted(slices, key=len, reverse=True):
+        if _parses(candidate):
+            return candidate
+    return None
+
+
+def _merge_meta(current: Meta, update: Meta) -> Meta:
+    extra: dict[str, Any] | None = current.extra
+    if update.extra:
+        extra = {**(current.extra or {}), **update.extra}
+    return Meta(
+        id=update.id or current.id,
+        created=update.created or current.created,
+        model=update.model or current.model,
+        system_fingerprint=update.system_fingerprint or current.system_fingerprint,
+        extra=extra,
+    )

@@ -1,0 +1,283 @@
+"""POST /v1/chat/completions: the OpenAI chat dialect at the edge of the canonical turn.
+
+Two jobs and no more (DESIGN.md): translate the client's request into a CanonicalRequest, and
+render the turn's clean output stream as OpenAI `chat.completion.chunk` frames (or one
+`chat.completion` body). Routing, failover and the commit point are the turn's; this module only
+decides how things look on the OpenAI wire. Nothing is written before the turn commits, so a
+stream that could not be served is an ordinary JSON error with its HTTP status.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from gateway.errors import InvalidRequest
+from gateway.http import Request, Response, StreamingResponse, json_response
+from gateway.limits import enforce
+from gateway.routing.router import resolve_chain
+from gateway.routing.state import shared_store
+from gateway.surfaces.common import data_plane_view
+from gateway.turn import Served, Turn, TurnContext
+from gateway.wire.canonical import (
+    CanonicalRequest,
+    Finish,
+    Message,
+    Meta,
+    Output,
+    ReasoningDelta,
+    StreamFailed,
+    TextDelta,
+    ToolCalls,
+    Usage,
+)
+from gateway.wire.openai_chat import ChatMessage, ChatRequest, describe_validation_error
+
+MAX_STOP_SEQUENCES = 4
+DONE = b"data: [DONE]\n\n"
+_CORE_FIELDS = frozenset(
+    {"messages", "model", "max_tokens", "max_completion_tokens", "stop", "stream", "tools", "tool_choice"}
+    | {"response_format", "reasoning_effort", "reasoning"}
+)
+
+
+def parse(body: bytes) -> ChatRequest:
+    if not body.strip():
+        raise InvalidRequest("Invalid request: the body must be a JSON object with 'messages'")
+    try:
+        return ChatRequest.model_validate_json(body)
+    except ValidationError as exc:
+        if any(error["type"] == "json_invalid" for error in exc.errors()):
+            raise InvalidRequest("Invalid request: the body is not valid JSON") from exc
+        raise InvalidRequest(describe_validation_error(exc)) from exc
+
+
+def _messages(messages: list[ChatMessage]) -> list[Message]:
+    """Roles folded to the canonical four, tool-call ids made whole and paired with results."""
+    out: list[Message] = []
+    unanswered: list[str] = []
+    synthesized = 0
+    for message in messages:
+        data = message.model_dump(exclude_none=True)
+        role = data["role"]
+        if role == "developer":
+            data["role"] = "system"
+        elif role == "function":
+            data["role"] = "tool"
+        if data["role"] == "assistant":
+            calls = data.get("tool_calls") or []
+            for call in calls:
+                function = call["function"]
+                if not isinstance(function.get("arguments"), str):
+                    function["arguments"] = orjson.dumps(function.get("arguments") or {}).decode()
+                if not call.get("id"):
+                    synthesized += 1
+                    call["id"] = f"call_auto_{synthesized}"
+                call["type"] = "function"
+                unanswered.append(call["id"])
+            if not calls:
+                data.pop("tool_calls", None)
+                if not data.get("content"):
+                    data["content"] = ""
+        elif data["role"] == "tool":
+            if not data.get("tool_call_id"):
+                if unanswered:
+                    data["tool_call_id"] = unanswered[0]
+                else:
+                    synthesized += 1
+                    data["tool_call_id"] = f"call_auto_{synthesized}"
+            if data["tool_call_id"] in unanswered:
+                unanswered.remove(data["tool_call_id"])
+            data.setdefault("content", "")
+        out.append(Message.model_validate(data))
+    return out
+
+
+def canonical(chat: ChatRequest) -> CanonicalRequest:
+    max_tokens = chat.max_tokens if chat.max_tokens is not None else chat.max_completion_tokens
+    stop = [chat.stop] if isinstance(chat.stop, str) else (chat.stop or None)
+    tool_choice: Any = chat.tool_choice
+    if tool_choice == "any":
+        tool_choice = "required"
+    elif tool_choice is not None and not isinstance(tool_choice, str):
+        tool_choice = tool_choice.model_dump(exclude_none=True)
+    effort = chat.reasoning_effort
+    if effort is None and chat.reasoning:
+        effort = chat.reasoning.get("effort")
+    params = chat.model_dump(exclude_none=True, exclude=set(_CORE_FIELDS))
+    params.update({k: v for k, v in (chat.model_extra or {}).items() if v is not None})
+    response_format = chat.response_format.model_dump(exclude_none=True) if chat.response_format else None
+    if response_format is not None and response_format.get("type") == "text":
+        response_format = None
+    return CanonicalRequest(
+        model=chat.model or "auto",
+        messages=_messages(chat.messages),
+        stream=bool(chat.stream),
+        max_tokens=max_tokens if max_tokens is not None and max_tokens > 0 else None,
+        stop=stop[:MAX_STOP_SEQUENCES] if stop else None,
+        tools=[tool.model_dump(exclude_none=True) for tool in chat.tools] if chat.tools else None,
+        tool_choice=tool_choice,
+        response_format=response_format,
+        reasoning_effort=effort if isinstance(effort, str) else None,
+        params=params,
+    )
+
+
+class ChunkWriter:
+    """OpenAI `chat.completion.chunk` frames for one served turn."""
+
+    def __init__(self, model: str, include_usage: bool) -> None:
+        self.model = model
+        self.include_usage = include_usage
+        self.id = f"chatcmpl-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.fingerprint: str | None = None
+
+    def _frame(self, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
+        chunk: dict[str, Any] = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
+        }
+        if self.fingerprint:
+            chunk["system_fingerprint"] = self.fingerprint
+        return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+    def render(self, output: Output) -> bytes:
+        if isinstance(output, TextDelta):
+            return self._frame({"content": output.text}, logprobs=output.logprobs)
+        if isinstance(output, ReasoningDelta):
+            return self._frame({"reasoning_content": output.text})
+        if isinstance(output, Meta):
+            self.id = output.id or self.id
+            self.created = output.created or self.created
+            self.fingerprint = output.system_fingerprint
+            return self._frame({"role": "assistant", "content": ""})
+        if isinstance(output, ToolCalls):
+            calls = [
+                {
+                    "index": index,
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for index, call in enumerate(output.calls)
+            ]
+            return self._frame({"tool_calls": calls})
+        if isinstance(output, Finish):
+            return self._frame({}, finish=output.reason)
+        if isinstance(output, Usage):
+            if not self.include_usage:
+                return b""
+            chunk = {
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": [],
+                "usage": usage_body(output),
+            }
+            return b"data: " + orjson.dumps(chunk) + b"\n\n"
+        if isinstance(output, StreamFailed):
+            return b"data: " + orjson.dumps({"error": {"message": output.message, "type": "stream_error"}}) + b"\n\n"
+        return b""
+
+
+def usage_body(usage: Usage) -> dict[str, Any]:
+    if usage.raw is not None:
+        return usage.raw
+    prompt, completion = usage.input_tokens or 0, usage.output_tokens or 0
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+async def sse_body(served: Served, include_usage: bool) -> AsyncIterator[bytes]:
+    writer = ChunkWriter(served.model_id, include_usage)
+    outputs = served.outputs
+    try:
+        async for output in outputs:
+            frame = writer.render(output)
+            if frame:
+                yield frame
+            if isinstance(output, StreamFailed):
+                break
+        yield DONE
+    finally:
+        await outputs.aclose()  # type: ignore[attr-defined]
+
+
+async def completion_body(served: Served) -> dict[str, Any]:
+    text: list[str] = []
+    reasoning: list[str] = []
+    calls: list[dict[str, Any]] = []
+    meta = Meta()
+    finish = "stop"
+    usage: Usage | None = None
+    logprobs: Any = None
+    async for output in served.outputs:
+        if isinstance(output, TextDelta):
+            text.append(output.text)
+            logprobs = output.logprobs if output.logprobs is not None else logprobs
+        elif isinstance(output, ReasoningDelta):
+            reasoning.append(output.text)
+        elif isinstance(output, ToolCalls):
+            calls = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in output.calls
+            ]
+        elif isinstance(output, Meta):
+            meta = output
+        elif isinstance(output, Finish):
+            finish = output.reason
+        elif isinstance(output, Usage):
+            usage = output
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or (None if calls else "")}
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
+    if calls:
+        message["tool_calls"] = calls
+    body: dict[str, Any] = {
+        "id": meta.id or f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": meta.created or int(time.time()),
+        "model": served.model_id,
+        "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}],
+    }
+    if usage is not None:
+        body["usage"] = usage_body(usage)
+    if meta.system_fingerprint:
+        body["system_fingerprint"] = meta.system_fingerprint
+    for key, value in (meta.extra or {}).items():
+        body.setdefault(key, value)
+    return body
+
+
+@data_plane_view(methods=("POST",))
+async def chat_completions(request: Request) -> Response | StreamingResponse:
+    chat = parse(request.body)
+    canonical_request = canonical(chat)
+    snapshot, grant = request.state["snapshot"], request.state["grant"]
+    chain = resolve_chain(snapshot, chat.model, grant)
+    await enforce(grant, shared_store())
+    ctx = TurnContext(
+        request_id=request.request_id,
+        surface="chat",
+        snapshot=snapshot,
+        grant=grant,
+        request=canonical_request,
+        requested_model=chat.model or "",
+        client_ip=request.client_ip,
+        user_agent=request.headers.get("user-agent", ""),
+    )
+    served = await Turn(ctx, chain).run()
+    if canonical_request.stream:
+        include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
+        return StreamingResponse(status=200, chunks=sse_body(served, include_usage), headers=served.headers)
+    body = await completion_body(served)
+    return json_response(body, headers={**served.headers, "X-FreeLLM-Cache": "OFF"})

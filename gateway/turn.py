@@ -1,0 +1,345 @@
+"""The one fallback loop: a client's turn, tried on route after route until one commits.
+
+It protects the commit contract (DESIGN.md). An attempt either fails before commit (the loop
+books it, cools the key down per the classifier's verdict and moves on, invisibly to the
+client), commits (the pump yielded its first real payload: the surface may now send a status
+line), or the turn ends in one TurnFailed that the surface renders in its own shape. Every
+surface calls `run_turn`; none has a loop of its own. The lease taken for a route is released
+on every path, and one request-log row is queued for every turn, whatever became of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from urllib.parse import urlsplit
+
+from gateway.errors import TurnFailed, UpstreamFailure
+from gateway.logwriter import AttemptRecord, RequestRecord, log_writer
+from gateway.providers.pool import adapter_for
+from gateway.routing import exhaustion
+from gateway.routing.classify import Verdict, classify, cooldown_seconds
+from gateway.routing.redact import header_value, redact
+from gateway.routing.router import Chain, Route, Router, RoutingDiagnostics, Skips
+from gateway.routing.state import shared_store
+from gateway.routing.trail import KeyOrdinals, TrailEntry, detail_header, header_trail
+from gateway.snapshot import KeyGrant, Snapshot
+from gateway.stream.pump import Pump
+from gateway.wire.canonical import CanonicalRequest, Output, StreamFailed, estimate_tokens
+
+logger = logging.getLogger(__name__)
+
+
+class _HedgeFired(Exception):
+    """The wall-clock budget ran out while an attempt was still waiting to commit."""
+
+
+@dataclass(slots=True)
+class TurnContext:
+    """One client request as the loop sees it."""
+
+    request_id: str
+    surface: str
+    snapshot: Snapshot
+    grant: KeyGrant
+    request: CanonicalRequest
+    requested_model: str
+    client_ip: str | None = None
+    user_agent: str = ""
+    started: float = field(default_factory=time.monotonic)
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+@dataclass(slots=True)
+class Served:
+    """A committed turn: what served it, the headers to send, and the clean output stream."""
+
+    route: Route
+    headers: dict[str, str]
+    outputs: AsyncIterator[Output]
+
+    @property
+    def model_id(self) -> str:
+        return self.route.target.model.public_id
+
+
+def input_estimate(request: CanonicalRequest) -> int:
+    return sum(estimate_tokens(message.text()) for message in request.messages)
+
+
+def is_local(base_url: str) -> bool:
+    host = urlsplit(base_url).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private
+
+
+class Turn:
+    def __init__(self, ctx: TurnContext, chain: Chain, router: Router | None = None) -> None:
+        self.ctx = ctx
+        self.chain = chain
+        self.router = router or Router(shared_store())
+        self.state = self.router.state
+        settings = ctx.snapshot.settings
+        self.max_attempts: int = settings["retry_max_attempts"]
+        self.budget_s: float = settings["retry_budget_s"]
+        self.breaker: int = settings["max_consecutive_upstream_fails"]
+        self.expose_detail: bool = settings["expose_fallback_detail_header"]
+        self.skips = Skips()
+        self.trail: list[TrailEntry] = []
+        self.ordinals = KeyOrdinals()
+        self.record = RequestRecord(
+            request_id=ctx.request_id,
+            gateway_key_id=ctx.grant.id,
+            surface=ctx.surface,
+            requested_model=ctx.requested_model,
+            created_at=ctx.started_at,
+            stream=ctx.request.stream,
+            client_ip=ctx.client_ip,
+            user_agent=ctx.user_agent,
+        )
+        self.estimate_in = input_estimate(ctx.request)
+        reserve = min(ctx.request.max_tokens if (ctx.request.max_tokens or 0) > 0 else 1000, 2000)
+        self.estimate_total = self.estimate_in + reserve
+
+    def _ms(self, since: float | None = None) -> int:
+        return int(((time.monotonic()) - (since if since is not None else self.ctx.started)) * 1000)
+
+    def fallback_headers(self) -> dict[str, str]:
+        failed = [entry for entry in self.trail if entry.error_class not in ("ok", "committed")]
+        if not failed:
+            return {}
+        headers = {"X-Fallback-Attempts": str(len(failed)), "X-Fallback-Trail": header_trail(failed)}
+        if self.expose_detail:
+            headers["X-Fallback-Detail"] = detail_header(failed)
+        return headers
+
+    def _trace(self, route: Route, outcome: str, started: float, summary: str = "") -> None:
+        target = route.target
+        entry = TrailEntry(
+            provider=target.provider.name,
+            model=target.model.public_id,
+            key_ordinal=self.ordinals.ordinal(target.provider.name, route.key_label or None),
+            error_class=outcome,
+            start_offset_ms=int((started - self.ctx.started) * 1000),
+            duration_ms=self._ms(started),
+            summary=summary,
+        )
+        self.trail.append(entry)
+        self.record.attempts.append(
+            AttemptRecord(
+                ordinal=len(self.record.attempts) + 1,
+                provider=entry.provider,
+                model=entry.model,
+                key_label=route.key_label,
+                outcome=outcome,
+                start_offset_ms=entry.start_offset_ms,
+                duration_ms=entry.duration_ms,
+                error=summary[:200],
+            )
+        )
+
+    def _finish_record(self, status: str, http_status: int | None, error: str = "") -> None:
+        self.record.status = status
+        self.record.http_status = http_status
+        self.record.latency_ms = self._ms()
+        self.record.error = redact(error) if error else ""
+        if not self.record.input_tokens:
+            self.record.input_tokens = self.estimate_in
+        log_writer.submit(self.record)
+
+    async def run(self) -> Served:
+        """Try routes until one commits; raise TurnFailed (already logged) when none does."""
+        try:
+            return await self._attempts()
+        except TurnFailed as failed:
+            self._finish_record("error", failed.status, failed.message)
+            raise
+        except asyncio.CancelledError:
+            self._finish_record("canceled", None, "client disconnected; upstream request canceled")
+            raise
+
+    async def _attempts(self) -> Served:
+        loop_start = time.monotonic()
+        consecutive = 0
+        last: tuple[UpstreamFailure, Verdict] | None = None
+        for attempt in range(self.max_attempts):
+            elapsed = time.monotonic() - loop_start
+            if attempt > 1 and self.budget_s and elapsed >= self.budget_s:
+                raise await self._exhausted(last, timed_out=True)
+            route = await self.router.next_route(self.chain, self.skips, estimate=self.estimate_total, now=time.time())
+            if isinstance(route, RoutingDiagnostics):
+                if not self.trail:
+                    soonest = await self.state.soonest_cooldown(time.time())
+                    raise exhaustion.before_attempts(route, soonest_cooldown=soonest)
+                raise await self._exhausted(last)
+            hedge_s = self.budget_s - elapsed if attempt > 1 and self.budget_s else None
+            started = time.monotonic()
+            try:
+                served = await self._attempt(route, hedge_s, started)
+            except UpstreamFailure as failure:
+                await self.router.release(route)
+                verdict = classify(failure)
+                last = (failure, verdict)
+                await self._book_failure(route, failure, verdict, started)
+                if not verdict.retryable:
+                    raise exhaustion.fatal(
+                        route.target.model.display_name, failure.message, headers=self.fallback_headers()
+                    ) from failure
+                if not verdict.exempt_from_cooldown:
+                    consecutive += 1
+                if self.breaker and consecutive >= self.breaker:
+                    raise await self._exhausted(last, breaker=consecutive) from failure
+                continue
+            except _HedgeFired:
+                await self.router.release(route)
+                self._trace(route, "timeout", started, "fallback time budget expired — upstream request canceled")
+                raise await self._exhausted(last, timed_out=True) from None
+            except asyncio.CancelledError:
+                await self.router.release(route)
+                self._trace(route, "client_abort", started, "client disconnected — upstream request canceled")
+                raise
+            return served
+        raise await self._exhausted(last)
+
+    async def _attempt(self, route: Route, hedge_s: float | None, started: float) -> Served:
+        target = route.target
+        pump = Pump(self.ctx.request, display_name=target.model.display_name, streaming=self.ctx.request.stream)
+        adapter = adapter_for(target.provider)
+        outputs = pump.run(_guarded(adapter.stream(self.ctx.request, target), target.provider.name))
+        try:
+            try:
+                async with asyncio.timeout(hedge_s):
+                    # A stream commits on its first output; a non-stream answer is whole or nothing.
+                    head = [await anext(outputs)] if self.ctx.request.stream else [o async for o in outputs]
+            except TimeoutError as exc:
+                raise _HedgeFired from exc
+            except StopAsyncIteration as exc:
+                raise UpstreamFailure(f"{target.provider.name} stream ended before any output") from exc
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await outputs.aclose()
+            raise
+        headers = {"X-Routed-Via": header_value(f"{target.provider.name}/{target.model.upstream_id}")}
+        headers.update(self.fallback_headers())
+        return Served(route=route, headers=headers, outputs=self._served(route, pump, head, outputs, started))
+
+    async def _served(
+        self, route: Route, pump: Pump, head: list[Output], rest: AsyncIterator[Output], started: float
+    ) -> AsyncIterator[Output]:
+        """The committed stream; books the attempt and the request when it ends, however it ends."""
+        failed: str | None = None
+        completed = False
+        try:
+            for output in head:
+                if isinstance(output, StreamFailed):
+                    failed = output.message
+                yield output
+            if self.ctx.request.stream:
+                async for output in rest:
+                    if isinstance(output, StreamFailed):
+                        failed = output.message
+                    yield output
+            completed = True
+        finally:
+            # A stream_error frame ends the turn as an error even if the surface stops reading
+            # right after it; anything else cut short is the client going away.
+            status = "error" if failed else ("success" if completed else "canceled")
+            with contextlib.suppress(Exception):
+                await rest.aclose()
+            await self.router.release(route)
+            self._book_served(route, pump, status, failed, started)
+
+    def _book_served(self, route: Route, pump: Pump, status: str, failed: str | None, started: float) -> None:
+        target = route.target
+        usage = pump.usage
+        self.record.provider = target.provider.name
+        self.record.model = target.model.public_id
+        self.record.input_tokens = (usage.input_tokens if usage and usage.input_tokens is not None else None) or (
+            self.estimate_in
+        )
+        self.record.output_tokens = (
+            usage.output_tokens if usage and usage.output_tokens is not None else pump.output_estimate
+        )
+        self.record.reasoning_tokens = (usage.reasoning_tokens or 0) if usage else 0
+        if pump.first_token_at is not None and self.ctx.request.stream:
+            self.record.ttfb_ms = int((pump.first_token_at - self.ctx.started) * 1000)
+        outcome = {"success": "ok", "error": "committed", "canceled": "client_abort"}[status]
+        self._trace(route, outcome, started, failed or "")
+        self._finish_record(status, 200, failed or ("client disconnected" if status == "canceled" else ""))
+        if status == "success":
+            tokens = (usage.total_tokens if usage and usage.total_tokens else None) or (
+                self.record.input_tokens + self.record.output_tokens
+            )
+            task = asyncio.get_running_loop().create_task(
+                self.router.record_success(route, tokens=tokens, now=time.time())
+            )
+            _background.add(task)
+            task.add_done_callback(_background.discard)
+        account_tokens(self.ctx.grant.id, self.record.input_tokens + self.record.output_tokens)
+
+    async def _book_failure(self, route: Route, failure: UpstreamFailure, verdict: Verdict, started: float) -> None:
+        target = route.target
+        self.skips.keys.add(route.lease_key)
+        if verdict.skip_model:
+            self.skips.models.add((target.provider.name, target.model.upstream_id))
+        if verdict.skip_provider:
+            self.skips.providers.add(target.provider.name)
+        now = time.time()
+        cooldown = cooldown_seconds(
+            verdict, failure, local_endpoint=is_local(target.provider.base_url), now=datetime.now(UTC)
+        )
+        if cooldown is not None:
+            seconds, reason = cooldown
+            await self.state.set_cooldown(route.lease_key, now + seconds, reason, now)
+        self._trace(route, verdict.trail_class, started, redact(failure.message, limit=200))
+
+    async def _exhausted(
+        self, last: tuple[UpstreamFailure, Verdict] | None, *, timed_out: bool = False, breaker: int | None = None
+    ) -> TurnFailed:
+        failed = [entry for entry in self.trail if entry.error_class not in ("ok", "committed")]
+        failure, verdict = last if last is not None else (None, None)
+        return exhaustion.after_attempts(
+            failed,
+            last_message=failure.message if failure else "no attempt could be made",
+            last_degraded=bool(verdict and verdict.degraded),
+            last_bad_request=bool(verdict and verdict.provider_bad_request),
+            timed_out=timed_out,
+            budget_s=self.budget_s,
+            breaker=breaker,
+            soonest_cooldown=await self.state.soonest_cooldown(time.time()),
+            headers=self.fallback_headers(),
+        )
+
+
+async def _guarded(events: AsyncIterator[Output], provider: str) -> AsyncIterator[Output]:
+    """An adapter bug must fail the attempt (and be logged), not the process or the client."""
+    try:
+        async for event in events:
+            yield event
+    except (UpstreamFailure, asyncio.CancelledError):
+        raise
+    except Exception as exc:
+        logger.exception("provider adapter %s raised", provider)
+        raise UpstreamFailure(f"{provider} adapter error: {type(exc).__name__}") from exc
+
+
+_background: set[asyncio.Task[None]] = set()
+
+
+def account_tokens(key_id: int, tokens: int) -> None:
+    from gateway.limits import month_key
+
+    task = asyncio.get_running_loop().create_task(shared_store().incr(month_key(key_id), tokens))
+    _background.add(task)
+    task.add_done_callback(_background.discard)
