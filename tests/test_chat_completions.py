@@ -397,3 +397,18 @@ def test_a_key_over_its_monthly_budget_gets_a_429_until_the_month_ends(fake_cata
     assert caught.body["code"] == "monthly_token_budget_exceeded"
     assert "13 of 10 tokens" in caught.body["message"]
     assert int(caught.response.headers["retry-after"]) > 0
+
+
+def test_a_chain_with_nothing_servable_is_a_503_no_providers_configured(transactional_db, client):
+    provider = Provider.objects.create(name="gem", kind="gemini", base_url="https://example.invalid/v1beta")
+    CatalogModel.objects.create(public_id="g", provider=provider, upstream_id="g")
+    profile = Profile.objects.create(name="default", is_default=True)
+    ChainEntry.objects.create(profile=profile, position=0, model_id="g")
+    services.config_changed()
+
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.chat.completions.create(model="auto", messages=MESSAGES)
+
+    assert caught.value.status_code == 503
+    assert caught.value.body["code"] == "no_providers_configured"
+    assert "1 route(s) checked (gem/g: " in caught.value.body["message"]

@@ -47,7 +47,15 @@ def register(adapter: type[ProviderAdapter]) -> type[ProviderAdapter]:
     return adapter
 
 
-def adapter_class(kind: str) -> type[ProviderAdapter]:
+def _load_adapters() -> None:
     from gateway.providers import demo, openai_compat  # noqa: F401  (they register themselves)
 
+
+def has_adapter(kind: str) -> bool:
+    _load_adapters()
+    return kind in ADAPTERS
+
+
+def adapter_class(kind: str) -> type[ProviderAdapter]:
+    _load_adapters()
     return ADAPTERS[kind]

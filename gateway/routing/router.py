@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway.errors import Forbidden, InvalidRequest, NotFound
-from gateway.providers.base import UpstreamTarget
+from gateway.providers.base import UpstreamTarget, has_adapter
 from gateway.routing.state import StateStore
 from gateway.snapshot import KeyGrant, ModelInfo, ProviderInfo, Snapshot, UpstreamKey
 
@@ -129,6 +129,17 @@ class RoutingDiagnostics:
         return self.config + self.time_bound + self.other
 
 
+KEYLESS_KINDS = frozenset({"demo", "openai"})  # the demo, and local OpenAI-compatible servers
+
+
+def _configuration_problem(provider: ProviderInfo) -> str:
+    if not has_adapter(provider.kind):
+        return f"no provider adapter for kind '{provider.kind}' in this version"
+    if provider.kind not in KEYLESS_KINDS and not provider.keys:
+        return "no usable key"
+    return ""
+
+
 class Router:
     def __init__(self, state: StateStore) -> None:
         self.state = state
@@ -141,9 +152,10 @@ class Router:
                 diagnostics.other += 1
                 continue
             keys: tuple[UpstreamKey | None, ...] = provider.keys or (None,)
-            if provider.kind not in ("demo", "openai") and not provider.keys:
+            problem = _configuration_problem(provider)
+            if problem:
                 diagnostics.config += 1
-                diagnostics.lines.append(f"{provider.name}/{model.public_id}: no usable key")
+                diagnostics.lines.append(f"{provider.name}/{model.public_id}: {problem}")
                 continue
             route = await self._pick_key(candidate, keys, skips, estimate=estimate, now=now, diagnostics=diagnostics)
             if route is not None:
