@@ -203,8 +203,11 @@ class Turn:
                 continue
             except _HedgeFired:
                 await self.router.release(route)
+                # The hedge is not the provider's fault: the client hears about the attempts before
+                # it; the hedged one is only in the log.
+                failed = await self._exhausted(last, timed_out=True)
                 self._trace(route, "timeout", started, "fallback time budget expired — upstream request canceled")
-                raise await self._exhausted(last, timed_out=True) from None
+                raise failed from None
             except asyncio.CancelledError:
                 await self.router.release(route)
                 self._trace(route, "client_abort", started, "client disconnected — upstream request canceled")
