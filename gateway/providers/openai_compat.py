@@ -92,6 +92,10 @@ def _meta(frame: dict[str, Any]) -> Meta:
 class OpenAICompatibleProvider(ProviderAdapter):
     kind = "openai"
 
+    def __init__(self, *, client: httpx.AsyncClient | None = None, stall_timeout_s: float = STALL_TIMEOUT_S) -> None:
+        super().__init__(client=client)
+        self.stall_timeout_s = stall_timeout_s
+
     def stream(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Event]:
         if request.stream:
             return self._stream(request, target)
@@ -155,7 +159,7 @@ class OpenAICompatibleProvider(ProviderAdapter):
 
     async def _stream(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Event]:
         name = target.provider.name
-        first_byte_s = max(target.provider.timeout_s or 0, STALL_TIMEOUT_S) or None
+        first_byte_s = max(target.provider.timeout_s or 0, self.stall_timeout_s) or None
         try:
             async with self._client().stream(
                 "POST",
@@ -166,35 +170,42 @@ class OpenAICompatibleProvider(ProviderAdapter):
             ) as response:
                 if response.status_code >= 400:
                     raise await self._failure(response, target)
-                async for event in _read_stream(response, name, first_byte_s):
+                async for event in _read_stream(response, name, first_byte_s, self.stall_timeout_s):
                     yield event
         except httpx.HTTPError as exc:
             raise _transport_failure(target, exc) from exc
 
 
-async def _read_stream(response: httpx.Response, name: str, first_byte_s: float | None) -> AsyncIterator[Event]:
+async def _read_stream(
+    response: httpx.Response, name: str, first_byte_s: float | None, stall_s: float
+) -> AsyncIterator[Event]:
     decoder = SSEDecoder()
     think = ThinkSplitter()
     chunks = response.aiter_raw()
     saw_finish = False
     last_id: str | None = None
     wait = first_byte_s
+    first = True
     while True:
         try:
             async with asyncio.timeout(wait):
                 chunk = await anext(chunks)
         except StopAsyncIteration:
             break
+        except (httpx.RemoteProtocolError, httpx.ReadError):
+            # The body was cut (connection reset, chunked encoding broken off): an end of stream,
+            # judged below like any EOF: clean after a finish reason, a truncation otherwise.
+            break
         except TimeoutError as exc:
-            if wait == first_byte_s:
+            if first:
                 raise UpstreamFailure(
                     f"{name} stream: no first byte within {int((wait or 0) * 1000)}ms (first-byte timeout)",
                     timeout=True,
                 ) from exc
             raise UpstreamFailure(
-                f"{name} stream stalled: no data for {int(STALL_TIMEOUT_S * 1000)}ms (timeout)", timeout=True
+                f"{name} stream stalled: no data for {int(stall_s * 1000)}ms (timeout)", timeout=True
             ) from exc
-        wait = STALL_TIMEOUT_S
+        wait, first = stall_s, False
         for message in decoder.feed(chunk):
             data = message.data
             if data == "[DONE]":
