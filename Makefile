@@ -26,6 +26,9 @@ lint: $(VENV)/.dev
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 
+bench: $(VENV)/.dev
+	$(PY) bench/run.py
+
 format: $(VENV)/.dev
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
