@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import httpx
+import aiohttp
 import pytest
 
 from gateway.errors import UpstreamFailure
@@ -599,20 +599,20 @@ REAL_FAILURES = [
         id="timeout-flag",
     ),
     pytest.param(
-        fail_from("Cerebras request failed", httpx.ConnectError("All connection attempts failed")),
+        fail_from("Cerebras request failed", aiohttp.ServerDisconnectedError("Server disconnected")),
         K.TRANSIENT,
         "error",
         "skip_provider",
         {},
-        id="httpx-connect-error-in-cause-chain",
+        id="aiohttp-disconnect-in-cause-chain",
     ),
     pytest.param(
-        fail_from("Cerebras request failed", httpx.ReadTimeout("read timeout")),
+        fail_from("Cerebras request failed", aiohttp.ServerTimeoutError("read timeout")),
         K.TRANSIENT,
         "timeout",
         "skip_provider",
         {},
-        id="httpx-read-timeout-in-cause-chain",
+        id="aiohttp-read-timeout-in-cause-chain",
     ),
     pytest.param(
         fail("upstream request failed: peer closed connection without sending complete message body"),

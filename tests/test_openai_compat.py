@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-import httpx
+import aiohttp
 import pytest
 
 from gateway.errors import UpstreamFailure
@@ -60,8 +60,8 @@ def request(*, stream: bool, **fields) -> CanonicalRequest:
 
 
 async def collect(fake, req: CanonicalRequest, **adapter_options) -> list[object]:
-    async with httpx.AsyncClient() as client:
-        adapter = OpenAICompatibleProvider(client=client, **adapter_options)
+    async with aiohttp.ClientSession() as session:
+        adapter = OpenAICompatibleProvider(session=session, **adapter_options)
         return [event async for event in adapter.stream(req, target(fake.base_url, **adapter_options.pop("t", {})))]
 
 
@@ -85,8 +85,8 @@ async def test_the_request_carries_the_upstream_model_the_key_and_every_client_k
 
 async def test_a_keyless_provider_sends_no_authorization(fake_upstream):
     fake_upstream.enqueue(Reply.chat("ok"))
-    async with httpx.AsyncClient() as client:
-        adapter = OpenAICompatibleProvider(client=client)
+    async with aiohttp.ClientSession() as session:
+        adapter = OpenAICompatibleProvider(session=session)
         [_ async for _ in adapter.stream(request(stream=False), target(fake_upstream.base_url, key=None))]
 
     assert "authorization" not in fake_upstream.requests[0].headers
@@ -171,16 +171,16 @@ async def test_a_stream_with_no_first_byte_is_a_first_byte_timeout(fake_upstream
     fake_upstream.enqueue(Reply.chat_stream(["late"], hang_after=0))
 
     with pytest.raises(UpstreamFailure, match="no first byte within") as caught:
-        async with httpx.AsyncClient() as client:
-            adapter = OpenAICompatibleProvider(client=client, stall_timeout_s=0.3)
+        async with aiohttp.ClientSession() as session:
+            adapter = OpenAICompatibleProvider(session=session, stall_timeout_s=0.3)
             [_ async for _ in adapter.stream(request(stream=True), target(fake_upstream.base_url, timeout_s=0.3))]
 
     assert caught.value.timeout
 
 
 async def test_a_refused_connection_is_a_transport_failure():
-    async with httpx.AsyncClient() as client:
-        adapter = OpenAICompatibleProvider(client=client)
+    async with aiohttp.ClientSession() as session:
+        adapter = OpenAICompatibleProvider(session=session)
         with pytest.raises(UpstreamFailure, match="acme connection error") as caught:
             [_ async for _ in adapter.stream(request(stream=True), target("http://127.0.0.1:9/v1"))]
 

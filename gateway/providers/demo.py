@@ -11,7 +11,7 @@ import asyncio
 import re
 from collections.abc import AsyncIterator
 
-import httpx
+import aiohttp
 
 from gateway.providers.base import ProviderAdapter, UpstreamTarget, register
 from gateway.wire.canonical import CanonicalRequest, Event, Finish, TextDelta, Usage, estimate_tokens
@@ -36,8 +36,8 @@ def demo_reply(request: CanonicalRequest, model_id: str) -> str:
 class DemoProvider(ProviderAdapter):
     kind = "demo"
 
-    def __init__(self, *, client: httpx.AsyncClient | None = None, chunk_delay_s: float = 0.02) -> None:
-        super().__init__(client=client)
+    def __init__(self, *, session: aiohttp.ClientSession | None = None, chunk_delay_s: float = 0.02) -> None:
+        super().__init__(session=session)
         self.chunk_delay_s = chunk_delay_s
 
     async def stream(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Event]:

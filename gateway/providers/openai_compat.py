@@ -14,8 +14,9 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+import aiohttp
 import orjson
+from multidict import CIMultiDictProxy
 
 from gateway.errors import UpstreamFailure
 from gateway.providers.backoff import error_code, error_text, stated_backoff
@@ -34,7 +35,10 @@ from gateway.wire.canonical import (
 )
 
 STALL_TIMEOUT_S = 90.0
-CONNECT_TIMEOUT_S = 10.0
+DRAIN_TIMEOUT_S = 1.0
+# OSError covers resets and refusals below aiohttp. Note that TimeoutError is an OSError too:
+# every handler catches TimeoutError first.
+TRANSPORT_ERRORS = (aiohttp.ClientError, OSError)
 _META_KEYS = frozenset({"id", "object", "created", "model", "choices", "usage", "system_fingerprint"})
 
 
@@ -92,8 +96,10 @@ def _meta(frame: dict[str, Any]) -> Meta:
 class OpenAICompatibleProvider(ProviderAdapter):
     kind = "openai"
 
-    def __init__(self, *, client: httpx.AsyncClient | None = None, stall_timeout_s: float = STALL_TIMEOUT_S) -> None:
-        super().__init__(client=client)
+    def __init__(
+        self, *, session: aiohttp.ClientSession | None = None, stall_timeout_s: float = STALL_TIMEOUT_S
+    ) -> None:
+        super().__init__(session=session)
         self.stall_timeout_s = stall_timeout_s
 
     def stream(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Event]:
@@ -102,7 +108,7 @@ class OpenAICompatibleProvider(ProviderAdapter):
         return self._complete(request, target)
 
     def _headers(self, target: UpstreamTarget) -> dict[str, str]:
-        headers = {"content-type": "application/json"}
+        headers = {"content-type": "application/json", "accept-encoding": "gzip, deflate"}
         if target.key is not None and target.key.secret:
             headers["authorization"] = f"Bearer {target.key.secret}"
         return headers
@@ -110,44 +116,33 @@ class OpenAICompatibleProvider(ProviderAdapter):
     def _url(self, target: UpstreamTarget) -> str:
         return target.provider.base_url.rstrip("/") + "/chat/completions"
 
-    def _client(self) -> httpx.AsyncClient:
-        if self.client is None:
-            raise RuntimeError("the OpenAI-compatible adapter needs an httpx.AsyncClient")
-        return self.client
+    def _session(self) -> aiohttp.ClientSession:
+        if self.session is None:
+            raise RuntimeError("the OpenAI-compatible adapter needs an aiohttp.ClientSession")
+        return self.session
 
-    async def _failure(self, response: httpx.Response, target: UpstreamTarget) -> UpstreamFailure:
-        raw = await response.aread()
-        try:
-            body: Any = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            body = None
-        text = raw.decode("utf-8", "replace")
-        message = error_text(body if body is not None else text, response.reason_phrase)
-        return UpstreamFailure(
-            f"{target.provider.name} API error {response.status_code}: {message}",
-            upstream_status=response.status_code,
-            code=error_code(body),
-            retry_after_s=stated_backoff(response.headers, body, text),
+    async def _post(self, request: CanonicalRequest, target: UpstreamTarget) -> aiohttp.ClientResponse:
+        return await self._session().post(
+            self._url(target),
+            data=orjson.dumps(request_body(request, target)),
+            headers=self._headers(target),
+            allow_redirects=False,
         )
 
     async def _complete(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Event]:
         timeout = target.provider.timeout_s or None
         try:
             async with asyncio.timeout(timeout):
-                response = await self._client().post(
-                    self._url(target),
-                    content=orjson.dumps(request_body(request, target)),
-                    headers=self._headers(target),
-                    timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_S),
-                )
-                if response.status_code >= 400:
-                    raise await self._failure(response, target)
-                payload = orjson.loads(response.content)
+                async with await self._post(request, target) as response:
+                    raw = await response.read()
+                    if response.status >= 400:
+                        raise _failure(target, response.status, response.reason, response.headers, raw)
+            payload = orjson.loads(raw)
         except TimeoutError as exc:
             raise UpstreamFailure(
                 f"{target.provider.name} request timed out after {timeout:g}s (timeout)", timeout=True
             ) from exc
-        except httpx.HTTPError as exc:
+        except TRANSPORT_ERRORS as exc:
             raise _transport_failure(target, exc) from exc
         except orjson.JSONDecodeError as exc:
             raise UpstreamFailure(f"{target.provider.name} returned a non-JSON body") from exc
@@ -161,27 +156,70 @@ class OpenAICompatibleProvider(ProviderAdapter):
         name = target.provider.name
         first_byte_s = max(target.provider.timeout_s or 0, self.stall_timeout_s) or None
         try:
-            async with self._client().stream(
-                "POST",
-                self._url(target),
-                content=orjson.dumps(request_body(request, target)),
-                headers=self._headers(target),
-                timeout=httpx.Timeout(first_byte_s, connect=CONNECT_TIMEOUT_S),
-            ) as response:
-                if response.status_code >= 400:
-                    raise await self._failure(response, target)
-                async for event in _read_stream(response, name, first_byte_s, self.stall_timeout_s):
-                    yield event
-        except httpx.HTTPError as exc:
+            async with asyncio.timeout(first_byte_s):
+                response = await self._post(request, target)
+        except TimeoutError as exc:
+            raise UpstreamFailure(
+                f"{name} stream: no response headers within {int((first_byte_s or 0) * 1000)}ms (first-byte timeout)",
+                timeout=True,
+            ) from exc
+        except TRANSPORT_ERRORS as exc:
             raise _transport_failure(target, exc) from exc
+        reusable = False
+        try:
+            if response.status >= 400:
+                try:
+                    raw = await response.read()
+                except TRANSPORT_ERRORS as exc:
+                    raise _transport_failure(target, exc) from exc
+                reusable = True
+                raise _failure(target, response.status, response.reason, response.headers, raw)
+            async for event in _read_stream(response, name, first_byte_s, self.stall_timeout_s):
+                yield event
+            reusable = await _drained(response)
+        finally:
+            # A body read to its end goes back to the pool; anything cut short (the client hung
+            # up, a stall, an error) closes the connection so the upstream stops generating.
+            if reusable:
+                response.release()
+            else:
+                response.close()
+
+
+async def _drained(response: aiohttp.ClientResponse) -> bool:
+    """Read what follows [DONE] (normally nothing but the end of the body) so the connection
+    can be reused; False when the upstream keeps the body open."""
+    try:
+        async with asyncio.timeout(DRAIN_TIMEOUT_S):
+            await response.read()
+    except (TimeoutError, *TRANSPORT_ERRORS):
+        return False
+    return True
+
+
+def _failure(
+    target: UpstreamTarget, status: int, reason: str | None, headers: CIMultiDictProxy[str], raw: bytes
+) -> UpstreamFailure:
+    try:
+        body: Any = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        body = None
+    text = raw.decode("utf-8", "replace")
+    message = error_text(body if body is not None else text, reason or "")
+    return UpstreamFailure(
+        f"{target.provider.name} API error {status}: {message}",
+        upstream_status=status,
+        code=error_code(body),
+        retry_after_s=stated_backoff(headers, body, text),
+    )
 
 
 async def _read_stream(
-    response: httpx.Response, name: str, first_byte_s: float | None, stall_s: float
+    response: aiohttp.ClientResponse, name: str, first_byte_s: float | None, stall_s: float
 ) -> AsyncIterator[Event]:
     decoder = SSEDecoder()
     think = ThinkSplitter()
-    chunks = response.aiter_raw()
+    chunks = response.content.iter_any()
     saw_finish = False
     last_id: str | None = None
     wait = first_byte_s
@@ -192,10 +230,6 @@ async def _read_stream(
                 chunk = await anext(chunks)
         except StopAsyncIteration:
             break
-        except (httpx.RemoteProtocolError, httpx.ReadError):
-            # The body was cut (connection reset, chunked encoding broken off): an end of stream,
-            # judged below like any EOF: clean after a finish reason, a truncation otherwise.
-            break
         except TimeoutError as exc:
             if first:
                 raise UpstreamFailure(
@@ -205,6 +239,10 @@ async def _read_stream(
             raise UpstreamFailure(
                 f"{name} stream stalled: no data for {int(stall_s * 1000)}ms (timeout)", timeout=True
             ) from exc
+        except TRANSPORT_ERRORS:
+            # The body was cut (connection reset, chunked encoding broken off): an end of stream,
+            # judged below like any EOF: clean after a finish reason, a truncation otherwise.
+            break
         wait, first = stall_s, False
         for message in decoder.feed(chunk):
             data = message.data
@@ -310,8 +348,8 @@ def _completion_events(payload: dict[str, Any]) -> list[Event]:
     return events
 
 
-def _transport_failure(target: UpstreamTarget, exc: httpx.HTTPError) -> UpstreamFailure:
-    timeout = isinstance(exc, httpx.TimeoutException)
+def _transport_failure(target: UpstreamTarget, exc: BaseException) -> UpstreamFailure:
+    timeout = isinstance(exc, aiohttp.ServerTimeoutError | asyncio.TimeoutError)
     kind = "timeout" if timeout else "connection error"
     return UpstreamFailure(
         f"{target.provider.name} {kind}: {type(exc).__name__}", transport=not timeout, timeout=timeout

@@ -1,8 +1,8 @@
-"""One adapter, with one pooled httpx.AsyncClient, per provider and event loop.
+"""One adapter, with one pooled aiohttp session, per provider and event loop.
 
 It protects rule 1 of DESIGN.md: connections to an upstream are reused across requests instead
-of a TLS handshake per attempt. Pools belong to the event loop that opened them, so they are
-kept per loop (a test server, a benchmark, the real server each get their own).
+of a TCP and TLS handshake per attempt. Sessions belong to the event loop that opened them, so
+they are kept per loop (a test server, a benchmark, the real server each get their own).
 """
 
 from __future__ import annotations
@@ -10,16 +10,27 @@ from __future__ import annotations
 import asyncio
 import weakref
 
-import httpx
+import aiohttp
 
 from gateway.providers.base import ProviderAdapter, adapter_class
 from gateway.snapshot import ProviderInfo
 
-POOL_LIMITS = httpx.Limits(max_connections=512, max_keepalive_connections=128, keepalive_expiry=30)
+MAX_CONNECTIONS = 512
+KEEPALIVE_S = 30.0
 
 _pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str, str], ProviderAdapter]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def new_session() -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, keepalive_timeout=KEEPALIVE_S, ttl_dns_cache=300)
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=None),
+        trust_env=False,
+        auto_decompress=True,
+    )
 
 
 def adapter_for(provider: ProviderInfo) -> ProviderAdapter:
@@ -28,10 +39,8 @@ def adapter_for(provider: ProviderInfo) -> ProviderAdapter:
     ident = (provider.name, provider.kind, provider.base_url)
     adapter = adapters.get(ident)
     if adapter is None:
-        client = None
-        if provider.kind != "demo":
-            client = httpx.AsyncClient(limits=POOL_LIMITS, follow_redirects=False, trust_env=False)
-        adapter = adapter_class(provider.kind)(client=client)
+        session = new_session() if provider.kind != "demo" else None
+        adapter = adapter_class(provider.kind)(session=session)
         adapters[ident] = adapter
     return adapter
 
@@ -40,5 +49,5 @@ async def close_pools() -> None:
     """Close this loop's upstream connections (graceful shutdown)."""
     adapters = _pools.pop(asyncio.get_running_loop(), {})
     for adapter in adapters.values():
-        if adapter.client is not None:
-            await adapter.client.aclose()
+        if adapter.session is not None:
+            await adapter.session.close()

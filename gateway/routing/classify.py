@@ -38,7 +38,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Literal
 
-import httpx
+import aiohttp
 
 from gateway.errors import UpstreamFailure
 
@@ -148,11 +148,12 @@ def _chain_flags(failure: UpstreamFailure) -> tuple[bool, bool]:
         if link is None or id(link) in seen:
             break
         seen.add(id(link))
-        # httpx raises TimeoutException subclasses for connect/read/write/pool deadlines and
-        # other TransportError subclasses for resets, refusals, DNS and protocol breakage.
-        if isinstance(link, httpx.TimeoutException | TimeoutError):
+        # aiohttp raises ServerTimeoutError for socket deadlines and other ClientError subclasses
+        # (ClientConnectorError, ServerDisconnectedError, ClientPayloadError) for refusals, DNS,
+        # resets and broken bodies; asyncio deadlines are plain TimeoutError.
+        if isinstance(link, aiohttp.ServerTimeoutError | TimeoutError):
             timeout = True
-        elif isinstance(link, httpx.TransportError | ConnectionError):
+        elif isinstance(link, aiohttp.ClientError | ConnectionError):
             transport = True
         link = link.__cause__ or link.__context__
     return transport, timeout
