@@ -9,6 +9,7 @@ write-behind work is flushed and database connections are closed. uvicorn (`mana
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from typing import Any
@@ -47,6 +48,11 @@ async def _lifespan(receive: Any, send: Any) -> None:
                 logger.exception("start-up failed")
                 await send({"type": "lifespan.startup.failed", "message": str(exc)})
                 return
+            # Everything loaded so far (Django, the apps, the snapshot) lives as long as the
+            # process: freezing it keeps full collections from walking it, which measured as
+            # 50-150 ms pauses several times a minute under load.
+            gc.collect()
+            gc.freeze()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             await log_writer.stop()
