@@ -13,14 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from asgiref.sync import sync_to_async
-
 logger = logging.getLogger(__name__)
 
-FLUSH_INTERVAL_S = 0.25
+FLUSH_INTERVAL_S = 1.0
 BATCH_SIZE = 200
 MAX_QUEUE = 100_000
 
@@ -112,10 +111,31 @@ def write_batch(records: list[RequestRecord]) -> None:
         )
 
 
+def _write_and_release(records: list[RequestRecord]) -> None:
+    """Write on the writer's own connection, kept open between batches; a failure drops it so
+    the next batch starts on a fresh one."""
+    from django.db import connections
+
+    try:
+        write_batch(records)
+    except Exception:
+        connections.close_all()
+        raise
+
+
+def _close_connections() -> None:
+    from django.db import connections
+
+    connections.close_all()
+
+
 class LogWriter:
     """Queue records from any coroutine; a background task in the serving loop writes them."""
 
     def __init__(self) -> None:
+        # Its own thread (and so its own database connection): a batch being written never
+        # delays the snapshot's configuration check, which runs in Django's shared sync thread.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="freellm-logwriter")
         self._pending: list[RequestRecord] = []
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
@@ -147,7 +167,7 @@ class LogWriter:
         while self._pending:
             batch, self._pending = self._pending[:BATCH_SIZE], self._pending[BATCH_SIZE:]
             try:
-                await sync_to_async(write_batch, thread_sensitive=True)(batch)
+                await asyncio.get_running_loop().run_in_executor(self._executor, _write_and_release, batch)
             except Exception:
                 logger.exception("could not write %d request log rows", len(batch))
 
@@ -159,6 +179,7 @@ class LogWriter:
                 await self._task
             self._task = None
         await self.flush()
+        await asyncio.get_running_loop().run_in_executor(self._executor, _close_connections)
 
 
 log_writer = LogWriter()
