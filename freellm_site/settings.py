@@ -96,7 +96,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "timeout": 20,
         }
     )
-DATABASES["default"].setdefault("TEST", {})
+    # Tests use a file too: an in-memory database shares one cache between connections and
+    # answers "table is locked" to a reader while the request-log thread writes, where WAL
+    # (production's journal) lets readers and the writer work at once.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -71,6 +71,9 @@ class StreamingResponse:
     chunks: AsyncIterator[bytes]
     headers: dict[str, str] = field(default_factory=dict)
     content_type: str = "text/event-stream"
+    # Always awaited once the response is over, even if the client left before the first chunk
+    # was sent (when `chunks` never started, its own cleanup never runs).
+    on_close: Callable[[], Awaitable[None]] | None = None
 
 
 Handler = Callable[[Request], Awaitable[Response | StreamingResponse]]
@@ -209,21 +212,23 @@ class DataPlane:
         await self._send(response, send, request)
 
     async def _send(self, response: Response | StreamingResponse, send: Send, request: Request) -> None:
-        await send(
-            {
-                "type": "http.response.start",
-                "status": response.status,
-                "headers": _encode_headers(response, request.request_id),
-            }
-        )
+        start = {
+            "type": "http.response.start",
+            "status": response.status,
+            "headers": _encode_headers(response, request.request_id),
+        }
         if isinstance(response, Response):
+            await send(start)
             await send({"type": "http.response.body", "body": response.body})
             return
         try:
+            await send(start)
             async for chunk in response.chunks:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
         finally:
             aclose = getattr(response.chunks, "aclose", None)
             if aclose is not None:
                 await aclose()
-        await send({"type": "http.response.body", "body": b""})
+            if response.on_close is not None:
+                await response.on_close()

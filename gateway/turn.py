@@ -15,7 +15,7 @@ import contextlib
 import ipaddress
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
@@ -58,11 +58,16 @@ class TurnContext:
 
 @dataclass(slots=True)
 class Served:
-    """A committed turn: what served it, the headers to send, and the clean output stream."""
+    """A committed turn: what served it, the headers to send, and the clean output stream.
+
+    `close()` must be awaited when the surface is done with it, however that happened: it is
+    what books the turn when the client left before the stream was even started.
+    """
 
     route: Route
     headers: dict[str, str]
     outputs: AsyncIterator[Output]
+    close: Callable[[], Awaitable[None]]
 
     @property
     def model_id(self) -> str:
@@ -235,12 +240,34 @@ class Turn:
             raise
         headers = {"X-Routed-Via": header_value(f"{target.provider.name}/{target.model.upstream_id}")}
         headers.update(self.fallback_headers())
-        return Served(route=route, headers=headers, outputs=self._served(route, pump, head, outputs, started))
+        progress = {"started": False, "booked": False}
+        served = self._served(route, pump, head, outputs, started, progress)
+
+        async def close() -> None:
+            if progress["started"] or progress["booked"]:
+                await served.aclose()
+                return
+            # Never started: its finally would never run, so book the abandoned turn here.
+            progress["booked"] = True
+            await served.aclose()
+            with contextlib.suppress(Exception):
+                await outputs.aclose()
+            await self.router.release(route)
+            self._book_served(route, pump, "canceled", None, started)
+
+        return Served(route=route, headers=headers, outputs=served, close=close)
 
     async def _served(
-        self, route: Route, pump: Pump, head: list[Output], rest: AsyncIterator[Output], started: float
+        self,
+        route: Route,
+        pump: Pump,
+        head: list[Output],
+        rest: AsyncIterator[Output],
+        started: float,
+        progress: dict[str, bool],
     ) -> AsyncIterator[Output]:
         """The committed stream; books the attempt and the request when it ends, however it ends."""
+        progress["started"] = True
         failed: str | None = None
         completed = False
         try:

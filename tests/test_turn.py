@@ -346,3 +346,35 @@ def test_a_graceful_shutdown_flushes_the_request_log(catalog, gateway_key, monke
     row = RequestLog.objects.get()
     assert (row.status, row.provider, row.model, row.http_status) == ("success", "up1", "m", 200)
     assert list(row.attempts.values_list("outcome", flat=True)) == ["ok"]
+
+
+async def test_a_turn_abandoned_between_commit_and_its_first_byte_is_still_logged(transactional_db, owner):
+    """The client can leave after the turn committed but before the surface sent anything; the
+    stream generator then never starts, and closing the turn must still book it."""
+    from asgiref.sync import sync_to_async
+
+    from gateway.config import DEMO_CONFIG_PATH, apply_config
+    from gateway.logwriter import log_writer
+    from gateway.routing.router import resolve_chain
+    from gateway.snapshot import snapshots
+    from gateway.turn import Turn, TurnContext
+    from gateway.wire.canonical import CanonicalRequest, Message
+
+    await sync_to_async(apply_config)(DEMO_CONFIG_PATH)
+    await sync_to_async(services.gateway_key_create)(name="leaver", owner=owner)
+    snapshot = await snapshots.get()
+    grant = next(g for g in snapshot.keys_by_hash.values() if g.name == "leaver")
+    request = CanonicalRequest(model="auto", messages=[Message(role="user", content="hi")], stream=True)
+    ctx = TurnContext(
+        request_id="abandoned-1", surface="chat", snapshot=snapshot, grant=grant, request=request, requested_model=""
+    )
+
+    served = await Turn(ctx, resolve_chain(snapshot, "auto", grant)).run()
+    await served.close()
+    await log_writer.flush()
+
+    row = await sync_to_async(RequestLog.objects.get)(request_id="abandoned-1")
+    assert row.status == "canceled"
+    assert row.provider == "demo"
+    outcomes = await sync_to_async(lambda: list(row.attempts.values_list("outcome", flat=True)))()
+    assert outcomes == ["client_abort"]

@@ -209,7 +209,7 @@ async def sse_body(served: Served, include_usage: bool) -> AsyncIterator[bytes]:
                 break
         yield DONE
     finally:
-        await outputs.aclose()  # type: ignore[attr-defined]
+        await served.close()
 
 
 async def completion_body(served: Served) -> dict[str, Any]:
@@ -278,6 +278,11 @@ async def chat_completions(request: Request) -> Response | StreamingResponse:
     served = await Turn(ctx, chain).run()
     if canonical_request.stream:
         include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
-        return StreamingResponse(status=200, chunks=sse_body(served, include_usage), headers=served.headers)
-    body = await completion_body(served)
+        return StreamingResponse(
+            status=200, chunks=sse_body(served, include_usage), headers=served.headers, on_close=served.close
+        )
+    try:
+        body = await completion_body(served)
+    finally:
+        await served.close()
     return json_response(body, headers={**served.headers, "X-FreeLLM-Cache": "OFF"})
