@@ -373,3 +373,34 @@ def account_tokens(key_id: int, tokens: int) -> None:
     task = asyncio.get_running_loop().create_task(shared_store().incr(month_key(key_id), tokens))
     _background.add(task)
     task.add_done_callback(_background.discard)
+
+
+async def serve_turn(
+    *,
+    snapshot: Snapshot,
+    grant: KeyGrant,
+    request: CanonicalRequest,
+    requested_model: str | None,
+    surface: str,
+    request_id: str,
+    client_ip: str | None,
+    user_agent: str,
+) -> Served:
+    """Everything between a surface's parse and its render: the key's limits, the chain for the
+    requested model, and the loop. A surface calls this and knows nothing of routing."""
+    from gateway.limits import enforce
+    from gateway.routing.router import resolve_chain
+
+    chain = resolve_chain(snapshot, requested_model, grant)
+    await enforce(grant, shared_store())
+    ctx = TurnContext(
+        request_id=request_id,
+        surface=surface,
+        snapshot=snapshot,
+        grant=grant,
+        request=request,
+        requested_model=requested_model or "",
+        client_ip=client_ip,
+        user_agent=user_agent,
+    )
+    return await Turn(ctx, chain).run()

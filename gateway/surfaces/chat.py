@@ -19,11 +19,8 @@ from pydantic import ValidationError
 
 from gateway.errors import InvalidRequest
 from gateway.http import Request, Response, StreamingResponse, json_response
-from gateway.limits import enforce
-from gateway.routing.router import resolve_chain
-from gateway.routing.state import shared_store
 from gateway.surfaces.common import data_plane_view
-from gateway.turn import Served, Turn, TurnContext
+from gateway.turn import Served, serve_turn
 from gateway.wire.canonical import (
     CanonicalRequest,
     Finish,
@@ -262,20 +259,16 @@ async def completion_body(served: Served) -> dict[str, Any]:
 async def chat_completions(request: Request) -> Response | StreamingResponse:
     chat = parse(request.body)
     canonical_request = canonical(chat)
-    snapshot, grant = request.state["snapshot"], request.state["grant"]
-    chain = resolve_chain(snapshot, chat.model, grant)
-    await enforce(grant, shared_store())
-    ctx = TurnContext(
-        request_id=request.request_id,
-        surface="chat",
-        snapshot=snapshot,
-        grant=grant,
+    served = await serve_turn(
+        snapshot=request.state["snapshot"],
+        grant=request.state["grant"],
         request=canonical_request,
-        requested_model=chat.model or "",
+        requested_model=chat.model,
+        surface="chat",
+        request_id=request.request_id,
         client_ip=request.client_ip,
         user_agent=request.headers.get("user-agent", ""),
     )
-    served = await Turn(ctx, chain).run()
     if canonical_request.stream:
         include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
         return StreamingResponse(
