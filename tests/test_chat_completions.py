@@ -412,3 +412,24 @@ def test_a_chain_with_nothing_servable_is_a_503_no_providers_configured(transact
     assert caught.value.status_code == 503
     assert caught.value.body["code"] == "no_providers_configured"
     assert "1 route(s) checked (gem/g: " in caught.value.body["message"]
+
+
+def test_frames_from_separate_upstream_reads_reach_the_client_as_they_come(fake_catalog, live_gateway, gateway_key):
+    _, token = gateway_key
+    fake_catalog.enqueue(Reply.chat_stream(["one ", "two"], frame_delay_s=0.5), model="m-up1")
+    arrivals: dict[str, float] = {}
+
+    started = time.monotonic()
+    with httpx.stream(
+        "POST",
+        f"{live_gateway.url}/v1/chat/completions",
+        json={"model": "m", "messages": MESSAGES, "stream": True},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    ) as response:
+        for line in response.iter_lines():
+            for word in ("one", "two"):
+                if f'"content":"{word}' in line:
+                    arrivals[word] = time.monotonic() - started
+
+    assert arrivals["two"] - arrivals["one"] >= 0.4

@@ -27,6 +27,7 @@ from gateway.wire.canonical import (
     CanonicalRequest,
     Event,
     Finish,
+    Flush,
     Meta,
     ReasoningDelta,
     TextDelta,
@@ -36,6 +37,7 @@ from gateway.wire.canonical import (
 
 STALL_TIMEOUT_S = 90.0
 DRAIN_TIMEOUT_S = 1.0
+FLUSH = Flush()
 # OSError covers resets and refusals below aiohttp. Note that TimeoutError is an OSError too:
 # every handler catches TimeoutError first.
 TRANSPORT_ERRORS = (aiohttp.ClientError, OSError)
@@ -244,7 +246,8 @@ async def _read_stream(
             # judged below like any EOF: clean after a finish reason, a truncation otherwise.
             break
         wait, first = stall_s, False
-        for message in decoder.feed(chunk):
+        messages = decoder.feed(chunk)
+        for message in messages:
             data = message.data
             if data == "[DONE]":
                 reasoning, text = think.finish()
@@ -269,6 +272,8 @@ async def _read_stream(
                 if isinstance(event, Finish):
                     saw_finish = True
                 yield event
+        if messages:
+            yield FLUSH
     decoder.close()
     reasoning, text = think.finish()
     if reasoning:

@@ -29,6 +29,7 @@ from gateway.wire.canonical import (
     CanonicalRequest,
     Event,
     Finish,
+    Flush,
     Meta,
     Output,
     ReasoningDelta,
@@ -111,6 +112,8 @@ class Pump:
             return []
         if isinstance(event, Finish):
             self.upstream_finish = event.reason
+        elif isinstance(event, Flush) and self.committed and self.streaming:
+            return [event]
         return []
 
     def _text(self, event: TextDelta) -> list[Output]:

@@ -24,6 +24,7 @@ from gateway.turn import Served, serve_turn
 from gateway.wire.canonical import (
     CanonicalRequest,
     Finish,
+    Flush,
     Message,
     Meta,
     Output,
@@ -195,16 +196,30 @@ def usage_body(usage: Usage) -> dict[str, Any]:
 
 
 async def sse_body(served: Served, include_usage: bool) -> AsyncIterator[bytes]:
+    """The SSE body. Frames the provider produced from one upstream read go out in one write
+    (it marks reads with Flush); before the first Flush, and for providers that never send
+    one, every frame goes out at once."""
     writer = ChunkWriter(served.model_id, include_usage)
-    outputs = served.outputs
+    pending: list[bytes] = []
+    batching = False
     try:
-        async for output in outputs:
+        async for output in served.outputs:
+            if isinstance(output, Flush):
+                batching = True
+                if pending:
+                    yield b"".join(pending)
+                    pending.clear()
+                continue
             frame = writer.render(output)
             if frame:
-                yield frame
+                if batching:
+                    pending.append(frame)
+                else:
+                    yield frame
             if isinstance(output, StreamFailed):
                 break
-        yield DONE
+        pending.append(DONE)
+        yield b"".join(pending)
     finally:
         await served.close()
 

@@ -108,7 +108,14 @@ class Finish:
     reason: FinishReason
 
 
-Event = Meta | TextDelta | ReasoningDelta | ToolCallDelta | Usage | Finish
+@dataclass(frozen=True, slots=True)
+class Flush:
+    """The provider has nothing more buffered right now: what was emitted since the last Flush
+    may go to the client in one write. Optional for adapters (a surface that never sees one
+    writes every event at once); the pump passes it through once committed."""
+
+
+Event = Meta | TextDelta | ReasoningDelta | ToolCallDelta | Usage | Finish | Flush
 
 
 def estimate_tokens(text: str) -> int:
@@ -130,4 +137,4 @@ class StreamFailed:
     message: str
 
 
-Output = Meta | TextDelta | ReasoningDelta | ToolCalls | Finish | Usage | StreamFailed
+Output = Meta | TextDelta | ReasoningDelta | ToolCalls | Finish | Usage | StreamFailed | Flush
