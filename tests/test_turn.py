@@ -371,7 +371,7 @@ async def test_a_turn_abandoned_between_commit_and_its_first_byte_is_still_logge
 
     served = await Turn(ctx, resolve_chain(snapshot, "auto", grant)).run()
     await served.close()
-    await log_writer.flush()
+    await log_writer.stop()  # flushes, and closes the writer thread's database connection
 
     row = await sync_to_async(RequestLog.objects.get)(request_id="abandoned-1")
     assert row.status == "canceled"
