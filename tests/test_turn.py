@@ -352,6 +352,7 @@ async def test_a_turn_abandoned_between_commit_and_its_first_byte_is_still_logge
     """The client can leave after the turn committed but before the surface sent anything; the
     stream generator then never starts, and closing the turn must still book it."""
     from asgiref.sync import sync_to_async
+    from django.db import connections
 
     from gateway.config import DEMO_CONFIG_PATH, apply_config
     from gateway.logwriter import log_writer
@@ -378,3 +379,4 @@ async def test_a_turn_abandoned_between_commit_and_its_first_byte_is_still_logge
     assert row.provider == "demo"
     outcomes = await sync_to_async(lambda: list(row.attempts.values_list("outcome", flat=True)))()
     assert outcomes == ["client_abort"]
+    await sync_to_async(connections.close_all)()  # the ORM thread's connection, before teardown
