@@ -252,8 +252,10 @@ def test_every_attempt_is_logged_under_one_request_row(fake_catalog, client):
         (lambda: Reply.error(400, "bad parameter"), 400, "invalid_request_error", "provider_rejected_request",
          openai.BadRequestError),
         (lambda: Reply.error(500, "boom"), 502, "provider_error", "upstream_failed", openai.InternalServerError),
+        (lambda: Reply.error(413, "Request too large for model"), 413, "invalid_request_error",
+         "context_length_exceeded", openai.APIStatusError),
     ],
-    ids=["rate-limited", "auth", "model-gone", "bad-request", "server-error"],
+    ids=["rate-limited", "auth", "model-gone", "bad-request", "server-error", "too-large"],
 )  # fmt: skip
 def test_exhaustion_is_rendered_with_the_status_of_what_happened(
     fake_catalog, client, raw, reply, status, error_type, code, exception
