@@ -16,6 +16,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -60,55 +61,105 @@ class RequestRecord:
     attempts: list[AttemptRecord] = field(default_factory=list)
 
 
+_REQUEST_FIELDS = (
+    "request_id",
+    "gateway_key_id",
+    "surface",
+    "requested_model",
+    "provider",
+    "model",
+    "status",
+    "http_status",
+    "latency_ms",
+    "ttfb_ms",
+    "input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "stream",
+    "cache",
+    "error",
+    "client_ip",
+    "user_agent",
+    "created_at",
+)
+_ATTEMPT_FIELDS = (
+    "request_id",
+    "ordinal",
+    "provider",
+    "model",
+    "key_label",
+    "outcome",
+    "start_offset_ms",
+    "duration_ms",
+    "error",
+)
+
+
+def _insert_sql(model: type, fields: tuple[str, ...], connection: Any, *, returning: bool) -> str:
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(model._meta.get_field(name).column) for name in fields)
+    placeholders = ", ".join(["%s"] * len(fields))
+    sql = f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({placeholders})"
+    return sql + f" RETURNING {quote('id')}" if returning else sql
+
+
+def _request_row(r: RequestRecord, adapt_datetime: Any) -> tuple[Any, ...]:
+    return (
+        r.request_id[:128],
+        r.gateway_key_id,
+        r.surface,
+        r.requested_model[:255],
+        r.provider[:64],
+        r.model[:255],
+        r.status,
+        r.http_status,
+        r.latency_ms,
+        r.ttfb_ms,
+        r.input_tokens,
+        r.output_tokens,
+        r.reasoning_tokens,
+        r.stream,
+        r.cache,
+        r.error[:240],
+        r.client_ip,
+        r.user_agent[:256],
+        adapt_datetime(r.created_at),
+    )
+
+
 def write_batch(records: list[RequestRecord]) -> None:
-    """Insert the rows and their attempts (synchronous; runs in the ORM thread)."""
-    from django.db import transaction
+    """Insert the rows and their attempts (synchronous; runs on the writer's thread).
+
+    Plain parameterised SQL rather than bulk_create: building and compiling a model instance per
+    row held the interpreter lock long enough to show in the gateway's p99 (docs/performance.md).
+    """
+    from django.db import connection, transaction
 
     from gateway.models import Attempt, RequestLog
 
-    rows = [
-        RequestLog(
-            request_id=r.request_id,
-            gateway_key_id=r.gateway_key_id,
-            surface=r.surface,
-            requested_model=r.requested_model[:255],
-            provider=r.provider[:64],
-            model=r.model[:255],
-            status=r.status,
-            http_status=r.http_status,
-            latency_ms=r.latency_ms,
-            ttfb_ms=r.ttfb_ms,
-            input_tokens=r.input_tokens,
-            output_tokens=r.output_tokens,
-            reasoning_tokens=r.reasoning_tokens,
-            stream=r.stream,
-            cache=r.cache,
-            error=r.error[:240],
-            client_ip=r.client_ip,
-            user_agent=r.user_agent[:256],
-            created_at=r.created_at,
-        )
-        for r in records
-    ]
-    with transaction.atomic():
-        RequestLog.objects.bulk_create(rows)
-        Attempt.objects.bulk_create(
-            [
-                Attempt(
-                    request_id=row.pk,
-                    ordinal=a.ordinal,
-                    provider=a.provider[:64],
-                    model=a.model[:255],
-                    key_label=a.key_label[:100],
-                    outcome=a.outcome[:32],
-                    start_offset_ms=a.start_offset_ms,
-                    duration_ms=a.duration_ms,
-                    error=a.error[:200],
+    adapt = connection.ops.adapt_datetimefield_value
+    insert_request = _insert_sql(RequestLog, _REQUEST_FIELDS, connection, returning=True)
+    attempts: list[tuple[Any, ...]] = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        for record in records:
+            cursor.execute(insert_request, _request_row(record, adapt))
+            row_id = cursor.fetchone()[0]
+            attempts.extend(
+                (
+                    row_id,
+                    a.ordinal,
+                    a.provider[:64],
+                    a.model[:255],
+                    a.key_label[:100],
+                    a.outcome[:32],
+                    a.start_offset_ms,
+                    a.duration_ms,
+                    a.error[:200],
                 )
-                for row, record in zip(rows, records, strict=True)
                 for a in record.attempts
-            ]
-        )
+            )
+        if attempts:
+            cursor.executemany(_insert_sql(Attempt, _ATTEMPT_FIELDS, connection, returning=False), attempts)
 
 
 def _write_and_release(records: list[RequestRecord]) -> None:

@@ -9,6 +9,7 @@ import httpx
 import openai
 import orjson
 import pytest
+from django.utils import timezone
 
 from gateway import services
 from gateway.models import Attempt, CatalogModel, ChainEntry, Profile, Provider, RequestLog
@@ -222,6 +223,8 @@ def test_a_non_stream_answer_passes_through_with_usage(fake_catalog, client):
     assert response.headers["x-freellm-cache"] == "OFF"
     row = wait_for_log(status="success")
     assert (row.provider, row.model, row.input_tokens, row.output_tokens) == ("up1", "m", 11, 4)
+    assert abs((timezone.now() - row.created_at).total_seconds()) < 30
+    assert RequestLog.objects.filter(created_at__date=timezone.now().date(), pk=row.pk).exists()
     assert row.surface == "chat" and row.stream is False
     assert list(Attempt.objects.filter(request=row).values_list("outcome", flat=True)) == ["ok"]
 
