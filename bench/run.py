@@ -8,7 +8,7 @@ to CPU 0, and drives both with load generators pinned to CPU 1:
 
 - added latency at concurrency 1, non-stream (wrk --latency, -c1 -t1): p50 and p99, gateway minus direct;
 - requests/s at concurrency 64, non-stream (wrk -c64 -t1), gateway and direct;
-- streaming at concurrency 32 (bench/stream_load.py, httpx): time to the first content chunk
+- streaming at concurrency 32 (bench/stream_load.py, aiohttp): time to the first content chunk
   (p50/p99, gateway vs direct) and content chunks/s through the gateway, plus the same TTFB at
   concurrency 1, where no queueing hides the overhead;
 - the gateway's peak RSS (VmHWM);
@@ -409,7 +409,7 @@ def _package(path: str) -> str:
 
 
 IDLE_LEAF = "_worker (concurrent/futures/thread.py"
-HTTP_CLIENT_PACKAGES = frozenset({"httpx", "httpcore", "h11", "anyio", "sniffio"})
+HTTP_CLIENT_PACKAGES = frozenset({"aiohttp", "yarl", "multidict", "aiohappyeyeballs"})
 
 
 def _thread_of(frames: list[str]) -> str:
@@ -417,7 +417,7 @@ def _thread_of(frames: list[str]) -> str:
         return "ORM thread (sync_to_async: request log, snapshot poll)"
     if frames[0].startswith("Thread._bootstrap "):
         return "other threads (asyncio's default executor)"
-    return "event loop (uvicorn, the data plane, httpx)"
+    return "event loop (uvicorn, the data plane, aiohttp)"
 
 
 def summarise_profile(raw: str) -> dict[str, Any]:
@@ -484,7 +484,7 @@ def machine() -> dict[str, str]:
             str(VENV_PYTHON),
             "-c",
             "import importlib.metadata as m, json, platform; print(json.dumps({'python': platform.python_version(), "
-            "**{n: m.version(n) for n in ('uvicorn', 'uvloop', 'httptools', 'httpx', 'httpcore', 'Django')}}))",
+            "**{n: m.version(n) for n in ('uvicorn', 'uvloop', 'httptools', 'aiohttp', 'Django')}}))",
         ],
         timeout=30,
     )
@@ -578,7 +578,7 @@ def report(results: dict[str, Any], command: str, durations: Durations, quick: b
         "rather than a Python client: its own cost per request is a few microseconds, so at c=1 the difference "
         'of the two runs is the gateway\'s. "Added" is the difference of the two percentiles (p50 gateway minus p50 '
         "direct), not a percentile of per-request differences.",
-        f"- Streaming figures come from `bench/stream_load.py` (uvloop, one `httpx.AsyncClient` with one HTTP/1.1 "
+        f"- Streaming figures come from `bench/stream_load.py` (uvloop, one aiohttp session with one HTTP/1.1 "
         f"keep-alive connection per worker, pinned to CPU 1): 32 workers post streamed chat completions back to back "
         f"for {durations.stream_s:g} s after a {durations.stream_warmup_s:g} s warm-up; TTFB is the time from sending "
         "the request to the first chunk with non-empty content. At c=32 both sides run closed-loop at saturation, so "
@@ -602,7 +602,7 @@ def report(results: dict[str, Any], command: str, durations: Durations, quick: b
             out += ["", f"### {title}: {prof['samples']:,} busy samples", ""]
             out += [
                 f"({prof['idle_samples']:,} samples of idle thread-pool workers left out.) Own time in the upstream "
-                f"HTTP client stack (httpx, httpcore, h11, anyio, sniffio): **{prof['http_client_pct']:.0f} %**; "
+                f"HTTP client stack (aiohttp, yarl, multidict): **{prof['http_client_pct']:.0f} %**; "
                 f"in the gateway's own modules: **{prof['gateway_pct']:.0f} %**.",
                 "",
             ]
