@@ -8,11 +8,14 @@ import threading
 import time
 from collections.abc import Iterator
 
+import httpx
+import openai
 import pytest
 import uvicorn
 from django.contrib.auth import get_user_model
 
 from gateway import services
+from gateway.models import RequestLog
 from gateway.routing.state import MemoryStateStore, use_store
 from gateway.snapshot import snapshots
 
@@ -82,3 +85,29 @@ def live_gateway(transactional_db) -> Iterator[LiveGateway]:
     gateway.start()
     yield gateway
     gateway.stop()
+
+
+@pytest.fixture
+def client(live_gateway, gateway_key) -> openai.OpenAI:
+    """The official openai SDK pointed at the live gateway with a fresh key, retries off."""
+    _, token = gateway_key
+    return openai.OpenAI(base_url=f"{live_gateway.url}/v1", api_key=token, max_retries=0, timeout=10)
+
+
+@pytest.fixture
+def raw(live_gateway, gateway_key) -> Iterator[httpx.Client]:
+    """A plain HTTP client on the live gateway, authenticated, for exact bytes and headers."""
+    _, token = gateway_key
+    with httpx.Client(base_url=live_gateway.url, headers={"Authorization": f"Bearer {token}"}, timeout=10) as http:
+        yield http
+
+
+def wait_for_log(**filters: object) -> RequestLog:
+    """The newest request-log row matching `filters`, waiting for the write-behind queue (≤ 5 s)."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        row = RequestLog.objects.filter(**filters).order_by("-id").first()
+        if row is not None:
+            return row
+        time.sleep(0.05)
+    raise AssertionError(f"no request log row matching {filters}")

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from gateway import services
 from gateway.models import Attempt, CatalogModel, ChainEntry, Profile, Provider, RequestLog
+from tests.conftest import wait_for_log
 from tests.fakes.upstream import Reply
 
 pytestmark = pytest.mark.timeout(30)
@@ -36,19 +37,6 @@ def fake_catalog(transactional_db, fake_upstream):
     return fake_upstream
 
 
-@pytest.fixture
-def client(live_gateway, gateway_key):
-    _, token = gateway_key
-    return openai.OpenAI(base_url=f"{live_gateway.url}/v1", api_key=token, max_retries=0, timeout=10)
-
-
-@pytest.fixture
-def raw(live_gateway, gateway_key):
-    _, token = gateway_key
-    with httpx.Client(base_url=live_gateway.url, headers={"Authorization": f"Bearer {token}"}, timeout=10) as http:
-        yield http
-
-
 def sse_frames(body: bytes) -> list[bytes]:
     """The data payloads of an SSE body, checking each event is exactly `data: ...\\n\\n`."""
     assert body.endswith(b"\n\n")
@@ -56,16 +44,6 @@ def sse_frames(body: bytes) -> list[bytes]:
     for event in events:
         assert event.startswith(b"data: "), event
     return [event[len(b"data: ") :] for event in events]
-
-
-def wait_for_log(**filters) -> RequestLog:
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        row = RequestLog.objects.filter(**filters).order_by("-id").first()
-        if row is not None:
-            return row
-        time.sleep(0.05)
-    raise AssertionError(f"no request log row matching {filters}")
 
 
 def test_it_streams_the_demo_answer_through_the_openai_sdk(transactional_db, client):

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import time
 
-import httpx
 import openai
 import orjson
 import pytest
 
 from gateway import logwriter, services
 from gateway.models import CatalogModel, ChainEntry, Profile, Provider, RequestLog
-from tests.conftest import LiveGateway
+from tests.conftest import LiveGateway, wait_for_log
 from tests.fakes.upstream import Reply
 
 pytestmark = pytest.mark.timeout(30)
@@ -44,19 +43,6 @@ def catalog(transactional_db, fake_upstream):
     return fake_upstream
 
 
-@pytest.fixture
-def client(live_gateway, gateway_key):
-    _, token = gateway_key
-    return openai.OpenAI(base_url=f"{live_gateway.url}/v1", api_key=token, max_retries=0, timeout=10)
-
-
-@pytest.fixture
-def raw(live_gateway, gateway_key):
-    _, token = gateway_key
-    with httpx.Client(base_url=live_gateway.url, headers={"Authorization": f"Bearer {token}"}, timeout=10) as http:
-        yield http
-
-
 def chunks_of(body: bytes) -> list[dict]:
     """The JSON chunks of an SSE body, after checking it ends with exactly one `[DONE]`."""
     assert body.endswith(b"\n\n")
@@ -72,16 +58,6 @@ def deltas(chunks: list[dict], field: str) -> str:
 
 def finishes(chunks: list[dict]) -> list[str]:
     return [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices") and c["choices"][0]["finish_reason"]]
-
-
-def wait_for_log(**filters) -> RequestLog:
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        row = RequestLog.objects.filter(**filters).order_by("-id").first()
-        if row is not None:
-            return row
-        time.sleep(0.05)
-    raise AssertionError(f"no request log row matching {filters}")
 
 
 def fail_everywhere(fake, *models: str, status: int = 500) -> None:
