@@ -88,7 +88,7 @@ def live_gateway(transactional_db) -> Iterator[LiveGateway]:
 
 
 @pytest.fixture
-def client(live_gateway, gateway_key) -> openai.OpenAI:
+def sdk(live_gateway, gateway_key) -> openai.OpenAI:
     """The official openai SDK pointed at the live gateway with a fresh key, retries off."""
     _, token = gateway_key
     return openai.OpenAI(base_url=f"{live_gateway.url}/v1", api_key=token, max_retries=0, timeout=10)

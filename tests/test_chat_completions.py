@@ -46,12 +46,12 @@ def sse_frames(body: bytes) -> list[bytes]:
     return [event[len(b"data: ") :] for event in events]
 
 
-def test_it_streams_the_demo_answer_through_the_openai_sdk(transactional_db, client):
+def test_it_streams_the_demo_answer_through_the_openai_sdk(transactional_db, sdk):
     from gateway.config import DEMO_CONFIG_PATH, apply_config
 
     apply_config(DEMO_CONFIG_PATH)
 
-    stream = client.chat.completions.create(model="auto", messages=MESSAGES, stream=True)
+    stream = sdk.chat.completions.create(model="auto", messages=MESSAGES, stream=True)
     chunks = list(stream)
 
     text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
@@ -126,11 +126,11 @@ def test_nothing_is_sent_before_the_first_real_payload(fake_catalog, live_gatewa
     assert b"late" in body
 
 
-def test_it_fails_over_before_commit_without_the_client_seeing_it(fake_catalog, client):
+def test_it_fails_over_before_commit_without_the_client_seeing_it(fake_catalog, sdk):
     fake_catalog.enqueue(Reply.error(500, "upstream exploded"), model="m-up1")
     fake_catalog.enqueue(Reply.chat_stream(["served ", "by up2"]), model="m-up2")
 
-    response = client.chat.completions.with_raw_response.create(model="m", messages=MESSAGES, stream=True)
+    response = sdk.chat.completions.with_raw_response.create(model="m", messages=MESSAGES, stream=True)
     text = "".join(chunk.choices[0].delta.content or "" for chunk in response.parse() if chunk.choices)
 
     assert text == "served by up2"
@@ -139,11 +139,11 @@ def test_it_fails_over_before_commit_without_the_client_seeing_it(fake_catalog, 
     assert response.headers["x-fallback-trail"] == "up1/m key1=upstream_error"
 
 
-def test_an_in_band_error_frame_before_commit_fails_over(fake_catalog, client):
+def test_an_in_band_error_frame_before_commit_fails_over(fake_catalog, sdk):
     fake_catalog.enqueue(Reply.sse([{"error": {"message": "model overloaded", "code": 503}}]), model="m-up1")
     fake_catalog.enqueue(Reply.chat_stream(["fine"]), model="m-up2")
 
-    chunks = list(client.chat.completions.create(model="m", messages=MESSAGES, stream=True))
+    chunks = list(sdk.chat.completions.create(model="m", messages=MESSAGES, stream=True))
 
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "fine"
 
@@ -167,7 +167,7 @@ def test_an_error_after_commit_is_one_stream_error_frame_then_done(fake_catalog,
     assert list(row.attempts.values_list("outcome", flat=True)) == ["committed"]
 
 
-def test_streamed_tool_calls_arrive_once_and_complete(fake_catalog, client):
+def test_streamed_tool_calls_arrive_once_and_complete(fake_catalog, sdk):
     fake_catalog.enqueue(Reply.tool_call_stream(("get_weather", {"city": "Paris"}), fragments=4), model="m-up1")
     tools = [
         {
@@ -176,7 +176,7 @@ def test_streamed_tool_calls_arrive_once_and_complete(fake_catalog, client):
         }
     ]
 
-    chunks = list(client.chat.completions.create(model="m", messages=MESSAGES, tools=tools, stream=True))
+    chunks = list(sdk.chat.completions.create(model="m", messages=MESSAGES, tools=tools, stream=True))
 
     with_calls = [c for c in chunks if c.choices and c.choices[0].delta.tool_calls]
     assert len(with_calls) == 1
@@ -187,11 +187,11 @@ def test_streamed_tool_calls_arrive_once_and_complete(fake_catalog, client):
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
 
 
-def test_a_non_stream_answer_passes_through_with_usage(fake_catalog, client):
+def test_a_non_stream_answer_passes_through_with_usage(fake_catalog, sdk):
     usage = {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15}
     fake_catalog.enqueue(Reply.chat("The answer.", usage=usage), model="m-up1")
 
-    response = client.chat.completions.with_raw_response.create(model="m", messages=MESSAGES)
+    response = sdk.chat.completions.with_raw_response.create(model="m", messages=MESSAGES)
     completion = response.parse()
 
     assert completion.choices[0].message.content == "The answer."
@@ -207,11 +207,11 @@ def test_a_non_stream_answer_passes_through_with_usage(fake_catalog, client):
     assert list(Attempt.objects.filter(request=row).values_list("outcome", flat=True)) == ["ok"]
 
 
-def test_every_attempt_is_logged_under_one_request_row(fake_catalog, client):
+def test_every_attempt_is_logged_under_one_request_row(fake_catalog, sdk):
     fake_catalog.enqueue(Reply.error(503, "unavailable"), model="m-up1")
     fake_catalog.enqueue(Reply.chat("ok"), model="m-up2")
 
-    client.chat.completions.create(model="m", messages=MESSAGES)
+    sdk.chat.completions.create(model="m", messages=MESSAGES)
 
     row = wait_for_log(status="success")
     assert row.provider == "up2"
@@ -239,14 +239,14 @@ def test_every_attempt_is_logged_under_one_request_row(fake_catalog, client):
     ids=["rate-limited", "auth", "model-gone", "bad-request", "server-error", "too-large"],
 )  # fmt: skip
 def test_exhaustion_is_rendered_with_the_status_of_what_happened(
-    fake_catalog, client, raw, reply, status, error_type, code, exception
+    fake_catalog, sdk, raw, reply, status, error_type, code, exception
 ):
     for model in ("m-up1", "m-up2"):
         fake_catalog.enqueue(reply(), model=model)
         fake_catalog.enqueue(reply(), model=model)
 
     with pytest.raises(exception) as caught:
-        client.chat.completions.create(model="m", messages=MESSAGES)
+        sdk.chat.completions.create(model="m", messages=MESSAGES)
     response = raw.post("/v1/chat/completions", json={"model": "m", "messages": MESSAGES, "stream": True})
 
     assert caught.value.status_code == status
@@ -269,11 +269,11 @@ def test_rate_limit_exhaustion_says_when_to_retry(fake_catalog, raw):
     assert response.headers["x-fallback-attempts"] == "2"
 
 
-def test_a_fatal_upstream_error_is_a_502_naming_the_model(fake_catalog, client):
+def test_a_fatal_upstream_error_is_a_502_naming_the_model(fake_catalog, sdk):
     fake_catalog.enqueue(Reply.error(418, "I'm a teapot"), model="m-up1")
 
     with pytest.raises(openai.InternalServerError) as caught:
-        client.chat.completions.create(model="m", messages=MESSAGES)
+        sdk.chat.completions.create(model="m", messages=MESSAGES)
 
     assert caught.value.status_code == 502
     assert caught.value.body == {
@@ -350,11 +350,11 @@ def test_a_body_that_is_not_json_is_a_400(fake_catalog, raw):
 
 def test_a_key_over_its_rpm_gets_a_429_naming_the_limit(fake_catalog, live_gateway, owner):
     _, token = services.gateway_key_create(name="slow", owner=owner, rpm=1)
-    client = openai.OpenAI(base_url=f"{live_gateway.url}/v1", api_key=token, max_retries=0)
-    client.chat.completions.create(model="m", messages=MESSAGES)
+    sdk = openai.OpenAI(base_url=f"{live_gateway.url}/v1", api_key=token, max_retries=0)
+    sdk.chat.completions.create(model="m", messages=MESSAGES)
 
     with pytest.raises(openai.RateLimitError) as caught:
-        client.chat.completions.create(model="m", messages=MESSAGES)
+        sdk.chat.completions.create(model="m", messages=MESSAGES)
 
     assert caught.value.body["code"] == "key_rate_limit_exceeded"
     assert "1 requests per minute" in caught.value.body["message"]
@@ -363,14 +363,14 @@ def test_a_key_over_its_rpm_gets_a_429_naming_the_limit(fake_catalog, live_gatew
 
 def test_a_key_over_its_monthly_budget_gets_a_429_until_the_month_ends(fake_catalog, live_gateway, owner):
     _, token = services.gateway_key_create(name="budget", owner=owner, monthly_tokens=10)
-    client = openai.OpenAI(base_url=f"{live_gateway.url}/v1", api_key=token, max_retries=0)
+    sdk = openai.OpenAI(base_url=f"{live_gateway.url}/v1", api_key=token, max_retries=0)
     fake_catalog.enqueue(Reply.chat("x", usage={"prompt_tokens": 8, "completion_tokens": 5, "total_tokens": 13}))
-    client.chat.completions.create(model="m", messages=MESSAGES)
+    sdk.chat.completions.create(model="m", messages=MESSAGES)
 
     deadline = time.monotonic() + 5
     while True:
         try:
-            client.chat.completions.create(model="m", messages=MESSAGES)
+            sdk.chat.completions.create(model="m", messages=MESSAGES)
         except openai.RateLimitError as exc:
             caught = exc
             break
@@ -382,7 +382,7 @@ def test_a_key_over_its_monthly_budget_gets_a_429_until_the_month_ends(fake_cata
     assert int(caught.response.headers["retry-after"]) > 0
 
 
-def test_a_chain_with_nothing_servable_is_a_503_no_providers_configured(transactional_db, client):
+def test_a_chain_with_nothing_servable_is_a_503_no_providers_configured(transactional_db, sdk):
     provider = Provider.objects.create(name="gem", kind="gemini", base_url="https://example.invalid/v1beta")
     CatalogModel.objects.create(public_id="g", provider=provider, upstream_id="g")
     profile = Profile.objects.create(name="default", is_default=True)
@@ -390,7 +390,7 @@ def test_a_chain_with_nothing_servable_is_a_503_no_providers_configured(transact
     services.config_changed()
 
     with pytest.raises(openai.APIStatusError) as caught:
-        client.chat.completions.create(model="auto", messages=MESSAGES)
+        sdk.chat.completions.create(model="auto", messages=MESSAGES)
 
     assert caught.value.status_code == 503
     assert caught.value.body["code"] == "no_providers_configured"

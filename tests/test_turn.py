@@ -169,12 +169,12 @@ def test_the_attempt_limit_stops_the_loop(catalog, raw):
     assert [request.model for request in catalog.requests] == ["m-up1", "m-up2"]
 
 
-def test_the_circuit_breaker_stops_after_consecutive_failures(catalog, client):
+def test_the_circuit_breaker_stops_after_consecutive_failures(catalog, sdk):
     services.setting_set(name="max_consecutive_upstream_fails", value=1)
     fail_everywhere(catalog, "m-up1")
 
     with pytest.raises(openai.InternalServerError) as caught:
-        client.chat.completions.create(model="m", messages=MESSAGES)
+        sdk.chat.completions.create(model="m", messages=MESSAGES)
 
     assert caught.value.status_code == 503
     assert caught.value.body["type"] == "service_unavailable"
@@ -184,10 +184,10 @@ def test_the_circuit_breaker_stops_after_consecutive_failures(catalog, client):
     assert len(catalog.requests) == 1
 
 
-def test_without_the_breaker_the_same_failure_fails_over(catalog, client):
+def test_without_the_breaker_the_same_failure_fails_over(catalog, sdk):
     fail_everywhere(catalog, "m-up1")
 
-    completion = client.chat.completions.create(model="m", messages=MESSAGES)
+    completion = sdk.chat.completions.create(model="m", messages=MESSAGES)
 
     assert completion.choices[0].message.content == "Echo: Say hello"
     assert len(catalog.requests) == 2
@@ -291,10 +291,10 @@ def test_inline_think_reasoning_streams_as_reasoning_content(catalog, raw):
     assert finishes(chunks) == ["stop"]
 
 
-def test_inline_think_reasoning_is_split_off_a_non_stream_answer(catalog, client):
+def test_inline_think_reasoning_is_split_off_a_non_stream_answer(catalog, sdk):
     catalog.enqueue(Reply.chat("<think>Pondering.</think>\nThe answer is 42."), model="m-up1")
 
-    completion = client.chat.completions.create(model="m", messages=MESSAGES)
+    completion = sdk.chat.completions.create(model="m", messages=MESSAGES)
 
     message = completion.choices[0].message
     assert message.content == "The answer is 42."
@@ -311,9 +311,9 @@ def test_a_graceful_shutdown_flushes_the_request_log(catalog, gateway_key, monke
     gateway = LiveGateway()
     gateway.start()
     try:
-        client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=token, max_retries=0, timeout=10)
-        completion = client.chat.completions.create(model="m", messages=MESSAGES)
-        client.close()
+        sdk = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=token, max_retries=0, timeout=10)
+        completion = sdk.chat.completions.create(model="m", messages=MESSAGES)
+        sdk.close()
     finally:
         gateway.stop()
 
