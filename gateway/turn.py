@@ -21,12 +21,13 @@ from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 from gateway.errors import TurnFailed, UpstreamFailure
+from gateway.limits import enforce, month_key
 from gateway.logwriter import AttemptRecord, RequestRecord, log_writer
 from gateway.providers.pool import adapter_for
 from gateway.routing import exhaustion
 from gateway.routing.classify import Verdict, classify, cooldown_seconds
 from gateway.routing.redact import header_value, redact
-from gateway.routing.router import Chain, Route, Router, RoutingDiagnostics, Skips
+from gateway.routing.router import Chain, Route, Router, RoutingDiagnostics, Skips, resolve_chain
 from gateway.routing.state import shared_store
 from gateway.routing.trail import KeyOrdinals, TrailEntry, detail_header, header_trail
 from gateway.snapshot import KeyGrant, Snapshot
@@ -368,8 +369,6 @@ _background: set[asyncio.Task[None]] = set()
 
 
 def account_tokens(key_id: int, tokens: int) -> None:
-    from gateway.limits import month_key
-
     task = asyncio.get_running_loop().create_task(shared_store().incr(month_key(key_id), tokens))
     _background.add(task)
     task.add_done_callback(_background.discard)
@@ -388,9 +387,6 @@ async def serve_turn(
 ) -> Served:
     """Everything between a surface's parse and its render: the key's limits, the chain for the
     requested model, and the loop. A surface calls this and knows nothing of routing."""
-    from gateway.limits import enforce
-    from gateway.routing.router import resolve_chain
-
     chain = resolve_chain(snapshot, requested_model, grant)
     await enforce(grant, shared_store())
     ctx = TurnContext(
