@@ -14,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
 import orjson
+
+from gateway.ids import uuid4_str
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def request_id_from(headers: dict[str, str]) -> str:
     value = headers.get(REQUEST_ID_HEADER, "").split(",", 1)[0].strip()[:MAX_REQUEST_ID_LENGTH]
     if value and value.isascii() and value.isprintable():
         return value
-    return str(uuid.uuid4())
+    return uuid4_str()
 
 
 def _headers(scope: Scope) -> dict[str, str]:

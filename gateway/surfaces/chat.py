@@ -10,7 +10,6 @@ stream that could not be served is an ordinary JSON error with its HTTP status.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,6 +18,7 @@ from pydantic import ValidationError
 
 from gateway.errors import InvalidRequest
 from gateway.http import Request, Response, StreamingResponse, json_response
+from gateway.ids import random_hex
 from gateway.surfaces.common import data_plane_view
 from gateway.turn import Served, serve_turn
 from gateway.wire.canonical import (
@@ -132,7 +132,7 @@ class ChunkWriter:
     def __init__(self, model: str, include_usage: bool) -> None:
         self.model = model
         self.include_usage = include_usage
-        self.id = f"chatcmpl-{uuid.uuid4().hex}"
+        self.id = f"chatcmpl-{random_hex()}"
         self.created = int(time.time())
         self.fingerprint: str | None = None
 
@@ -255,7 +255,7 @@ async def completion_body(served: Served) -> dict[str, Any]:
     if calls:
         message["tool_calls"] = calls
     body: dict[str, Any] = {
-        "id": meta.id or f"chatcmpl-{uuid.uuid4().hex}",
+        "id": meta.id or f"chatcmpl-{random_hex()}",
         "object": "chat.completion",
         "created": meta.created or int(time.time()),
         "model": served.model_id,
