@@ -99,7 +99,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Tests use a file too: an in-memory database shares one cache between connections and
     # answers "table is locked" to a reader while the request-log thread writes, where WAL
     # (production's journal) lets readers and the writer work at once.
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+    # One file per test process, so two runs side by side (a developer's and CI's) never share it.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import socket
 import threading
 import time
@@ -12,6 +14,7 @@ import httpx
 import openai
 import pytest
 import uvicorn
+from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from gateway import services
@@ -111,3 +114,14 @@ def wait_for_log(**filters: object) -> RequestLog:
             return row
         time.sleep(0.05)
     raise AssertionError(f"no request log row matching {filters}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Remove this run's SQLite test files that outlive the test database (its WAL and shared
+    memory, kept by connections still open on other threads when Django dropped the file)."""
+    name = settings.DATABASES["default"].get("TEST", {}).get("NAME") or ""
+    if f"-{os.getpid()}." not in name:
+        return
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(name + suffix)
