@@ -32,7 +32,7 @@ from gateway.routing.state import shared_store
 from gateway.routing.trail import KeyOrdinals, TrailEntry, detail_header, header_trail
 from gateway.snapshot import KeyGrant, Snapshot
 from gateway.stream.pump import Pump
-from gateway.wire.canonical import CanonicalRequest, Output, StreamFailed, estimate_tokens
+from gateway.wire.canonical import Batch, CanonicalRequest, OutputBatch, StreamFailed, estimate_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class Served:
 
     route: Route
     headers: dict[str, str]
-    outputs: AsyncIterator[Output]
+    outputs: AsyncIterator[OutputBatch]
     close: Callable[[], Awaitable[None]]
 
     @property
@@ -230,7 +230,10 @@ class Turn:
             try:
                 async with asyncio.timeout(hedge_s):
                     # A stream commits on its first output; a non-stream answer is whole or nothing.
-                    head = [await anext(outputs)] if self.ctx.request.stream else [o async for o in outputs]
+                    if self.ctx.request.stream:
+                        head = await anext(outputs)
+                    else:
+                        head = [output async for batch in outputs for output in batch]
             except TimeoutError as exc:
                 raise _HedgeFired from exc
             except StopAsyncIteration as exc:
@@ -262,25 +265,25 @@ class Turn:
         self,
         route: Route,
         pump: Pump,
-        head: list[Output],
-        rest: AsyncIterator[Output],
+        head: OutputBatch,
+        rest: AsyncIterator[OutputBatch],
         started: float,
         progress: dict[str, bool],
-    ) -> AsyncIterator[Output]:
+    ) -> AsyncIterator[OutputBatch]:
         """The committed stream; books the attempt and the request when it ends, however it ends."""
         progress["started"] = True
         failed: str | None = None
         completed = False
         try:
-            for output in head:
-                if isinstance(output, StreamFailed):
-                    failed = output.message
-                yield output
-            if self.ctx.request.stream:
-                async for output in rest:
-                    if isinstance(output, StreamFailed):
-                        failed = output.message
-                    yield output
+            # The pump's StreamFailed is always the last output of its batch.
+            if isinstance(head[-1], StreamFailed):
+                failed = head[-1].message
+            yield head
+            if self.ctx.request.stream and not failed:
+                async for batch in rest:
+                    if isinstance(batch[-1], StreamFailed):
+                        failed = batch[-1].message
+                    yield batch
             completed = True
         finally:
             # A stream_error frame ends the turn as an error even if the surface stops reading
@@ -353,11 +356,11 @@ class Turn:
         )
 
 
-async def _guarded(events: AsyncIterator[Output], provider: str) -> AsyncIterator[Output]:
+async def _guarded(batches: AsyncIterator[Batch], provider: str) -> AsyncIterator[Batch]:
     """An adapter bug must fail the attempt (and be logged), not the process or the client."""
     try:
-        async for event in events:
-            yield event
+        async for batch in batches:
+            yield batch
     except (UpstreamFailure, asyncio.CancelledError):
         raise
     except Exception as exc:

@@ -32,7 +32,7 @@ def request(text: str, max_tokens: int | None = None) -> CanonicalRequest:
 
 async def collect(req: CanonicalRequest) -> list[object]:
     adapter = adapter_class("demo")(chunk_delay_s=0)
-    return [event async for event in adapter.stream(req, TARGET)]
+    return [event async for batch in adapter.stream(req, TARGET) for event in batch]
 
 
 async def test_it_streams_several_text_deltas_then_usage_then_finish():

@@ -62,7 +62,8 @@ def request(*, stream: bool, **fields) -> CanonicalRequest:
 async def collect(fake, req: CanonicalRequest, **adapter_options) -> list[object]:
     async with aiohttp.ClientSession() as session:
         adapter = OpenAICompatibleProvider(session=session, **adapter_options)
-        return [event async for event in adapter.stream(req, target(fake.base_url, **adapter_options.pop("t", {})))]
+        stream = adapter.stream(req, target(fake.base_url, **adapter_options.pop("t", {})))
+        return [event async for batch in stream for event in batch]
 
 
 async def test_the_request_carries_the_upstream_model_the_key_and_every_client_knob(fake_upstream):

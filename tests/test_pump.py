@@ -83,18 +83,19 @@ async def _run(pump: Pump, events: Sequence[Event], failure: UpstreamFailure | N
     run = Run()
     read = 0
 
-    async def source() -> AsyncIterator[Event]:
+    async def source() -> AsyncIterator[list[Event]]:
         nonlocal read
-        for event in events:
+        for event in events:  # one upstream read per event: the finest batching a provider can give
             read += 1
-            yield event
+            yield [event]
         if failure is not None:
             raise failure
 
     try:
-        async for output in pump.run(source()):
-            run.outputs.append(output)
-            run.read_at.append(read)
+        async for batch in pump.run(source()):
+            assert batch, "the pump never yields an empty batch"
+            run.outputs.extend(batch)
+            run.read_at.extend([read] * len(batch))
     except UpstreamFailure as exc:
         run.raised = exc
     return run

@@ -14,12 +14,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import ClassVar
 
 import aiohttp
 
 from gateway.snapshot import ModelInfo, ProviderInfo, UpstreamKey
-from gateway.wire.canonical import CanonicalRequest, Event
+from gateway.wire.canonical import Batch, CanonicalRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,21 @@ class UpstreamTarget:
     key: UpstreamKey | None
 
 
+class KeyOutcome(StrEnum):
+    VALID = "valid"
+    INVALID = "invalid"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyCheck:
+    """What an upstream said about one key: accepted, refused, or nothing conclusive (rate
+    limited, down, unreachable). `reason` is a short, redacted sentence; never the secret."""
+
+    outcome: KeyOutcome
+    reason: str = ""
+
+
 class ProviderAdapter(ABC):
     kind: ClassVar[str]
 
@@ -38,8 +54,19 @@ class ProviderAdapter(ABC):
         self.session = session
 
     @abstractmethod
-    def stream(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Event]:
-        """Send the request upstream and yield its answer as canonical events, ending in Finish."""
+    def stream(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Batch]:
+        """Send the request upstream and yield its answer as canonical events, ending in Finish.
+
+        Events come in batches: one non-empty list per upstream read (a whole body is one
+        batch), so that what arrived together travels together to the client."""
+
+    async def check_key(self, target: UpstreamTarget) -> KeyCheck:
+        """Ask the upstream whether `target.key` is still accepted, without spending a completion.
+
+        Never raises: whatever cannot be judged is UNKNOWN. Adapters that have a cheap
+        authenticated endpoint override this.
+        """
+        return KeyCheck(KeyOutcome.UNKNOWN, f"{target.provider.kind} providers cannot check a key")
 
 
 ADAPTERS: dict[str, type[ProviderAdapter]] = {}

@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-from gateway.providers.base import ProviderAdapter, UpstreamTarget, register
-from gateway.wire.canonical import CanonicalRequest, Event, Finish, TextDelta, Usage, estimate_tokens
+from gateway.providers.base import KeyCheck, KeyOutcome, ProviderAdapter, UpstreamTarget, register
+from gateway.wire.canonical import Batch, CanonicalRequest, Finish, TextDelta, Usage, estimate_tokens
 
 QUOTE_LIMIT = 200
 
@@ -40,7 +40,7 @@ class DemoProvider(ProviderAdapter):
         super().__init__(session=session)
         self.chunk_delay_s = chunk_delay_s
 
-    async def stream(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Event]:
+    async def stream(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Batch]:
         reply = demo_reply(request, target.model.public_id)
         budget = request.max_tokens
         emitted = ""
@@ -52,7 +52,9 @@ class DemoProvider(ProviderAdapter):
             if self.chunk_delay_s and request.stream:
                 await asyncio.sleep(self.chunk_delay_s)
             emitted += piece
-            yield TextDelta(piece)
+            yield [TextDelta(piece)]
         prompt = "".join(m.text() for m in request.messages)
-        yield Usage(input_tokens=estimate_tokens(prompt), output_tokens=estimate_tokens(emitted))
-        yield Finish(finish)  # type: ignore[arg-type]
+        yield [Usage(input_tokens=estimate_tokens(prompt), output_tokens=estimate_tokens(emitted)), Finish(finish)]  # type: ignore[arg-type]
+
+    async def check_key(self, target: UpstreamTarget) -> KeyCheck:
+        return KeyCheck(KeyOutcome.VALID, "the demo provider needs no key")

@@ -20,14 +20,14 @@ from multidict import CIMultiDictProxy
 
 from gateway.errors import UpstreamFailure
 from gateway.providers.backoff import error_code, error_text, stated_backoff
-from gateway.providers.base import ProviderAdapter, UpstreamTarget, register
+from gateway.providers.base import KeyCheck, KeyOutcome, ProviderAdapter, UpstreamTarget, register
+from gateway.routing.redact import redact
 from gateway.stream.sse import SSEDecoder
 from gateway.stream.think import ThinkSplitter, split_think
 from gateway.wire.canonical import (
+    Batch,
     CanonicalRequest,
-    Event,
     Finish,
-    Flush,
     Meta,
     ReasoningDelta,
     TextDelta,
@@ -37,7 +37,6 @@ from gateway.wire.canonical import (
 
 STALL_TIMEOUT_S = 90.0
 DRAIN_TIMEOUT_S = 1.0
-FLUSH = Flush()
 # OSError covers resets and refusals below aiohttp. Note that TimeoutError is an OSError too:
 # every handler catches TimeoutError first.
 TRANSPORT_ERRORS = (aiohttp.ClientError, OSError)
@@ -104,10 +103,38 @@ class OpenAICompatibleProvider(ProviderAdapter):
         super().__init__(session=session)
         self.stall_timeout_s = stall_timeout_s
 
-    def stream(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Event]:
+    def stream(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Batch]:
         if request.stream:
             return self._stream(request, target)
         return self._complete(request, target)
+
+    key_check_timeout_s = 10.0
+
+    async def check_key(self, target: UpstreamTarget) -> KeyCheck:
+        """`GET <base_url>/models` with the key: 2xx accepts it, 401/403 refuse it, anything else
+        (429, 5xx, a timeout, no connection) says nothing about the key."""
+        name = target.provider.name
+        timeout = self.key_check_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._session().get(
+                    target.provider.base_url.rstrip("/") + "/models",
+                    headers=self._headers(target),
+                    allow_redirects=False,
+                ) as response:
+                    raw = await response.read()
+                    status, reason, headers = response.status, response.reason, response.headers
+        except TimeoutError:
+            return KeyCheck(KeyOutcome.UNKNOWN, f"{name} key check timed out after {timeout:g}s")
+        except TRANSPORT_ERRORS as exc:
+            return KeyCheck(KeyOutcome.UNKNOWN, f"{name} key check failed: {type(exc).__name__}")
+        except RuntimeError as exc:
+            return KeyCheck(KeyOutcome.UNKNOWN, f"{name} key check impossible: {exc}")
+        if 200 <= status < 300:
+            return KeyCheck(KeyOutcome.VALID, f"{name} accepted the key (HTTP {status})")
+        message = redact(_failure(target, status, reason, headers, raw).message, limit=500)
+        outcome = KeyOutcome.INVALID if status in (401, 403) else KeyOutcome.UNKNOWN
+        return KeyCheck(outcome, message)
 
     def _headers(self, target: UpstreamTarget) -> dict[str, str]:
         headers = {"content-type": "application/json", "accept-encoding": "gzip, deflate"}
@@ -131,7 +158,7 @@ class OpenAICompatibleProvider(ProviderAdapter):
             allow_redirects=False,
         )
 
-    async def _complete(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Event]:
+    async def _complete(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Batch]:
         timeout = target.provider.timeout_s or None
         try:
             async with asyncio.timeout(timeout):
@@ -151,10 +178,9 @@ class OpenAICompatibleProvider(ProviderAdapter):
         if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list):
             message = error_text(payload, "no choices in the response")
             raise UpstreamFailure(f"in-band provider error from {target.provider.name}: {message}")
-        for event in _completion_events(payload):
-            yield event
+        yield _completion_events(payload)
 
-    async def _stream(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Event]:
+    async def _stream(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Batch]:
         name = target.provider.name
         first_byte_s = max(target.provider.timeout_s or 0, self.stall_timeout_s) or None
         try:
@@ -176,8 +202,8 @@ class OpenAICompatibleProvider(ProviderAdapter):
                     raise _transport_failure(target, exc) from exc
                 reusable = True
                 raise _failure(target, response.status, response.reason, response.headers, raw)
-            async for event in _read_stream(response, name, first_byte_s, self.stall_timeout_s):
-                yield event
+            async for batch in _read_stream(response, name, first_byte_s, self.stall_timeout_s):
+                yield batch
             reusable = await _drained(response)
         finally:
             # A body read to its end goes back to the pool; anything cut short (the client hung
@@ -218,7 +244,7 @@ def _failure(
 
 async def _read_stream(
     response: aiohttp.ClientResponse, name: str, first_byte_s: float | None, stall_s: float
-) -> AsyncIterator[Event]:
+) -> AsyncIterator[Batch]:
     decoder = SSEDecoder()
     think = ThinkSplitter()
     chunks = response.content.iter_any()
@@ -246,15 +272,13 @@ async def _read_stream(
             # judged below like any EOF: clean after a finish reason, a truncation otherwise.
             break
         wait, first = stall_s, False
-        messages = decoder.feed(chunk)
-        for message in messages:
+        batch: Batch = []
+        for message in decoder.feed(chunk):
             data = message.data
             if data == "[DONE]":
-                reasoning, text = think.finish()
-                if reasoning:
-                    yield ReasoningDelta(reasoning)
-                if text:
-                    yield TextDelta(text)
+                _finish_think(think, batch)
+                if batch:
+                    yield batch
                 return
             try:
                 frame = orjson.loads(data)
@@ -263,23 +287,22 @@ async def _read_stream(
             if not isinstance(frame, dict):
                 continue
             if frame.get("error") and frame.get("choices") is None:
+                if batch:
+                    yield batch  # what came before the error frame still reaches the client
                 detail = error_text(frame, data[:200])
                 raise UpstreamFailure(f"in-band provider error from {name}: {detail}")
             if frame.get("id") and frame["id"] != last_id:
                 last_id = frame["id"]
-                yield _meta(frame)
-            for event in _frame_events(frame, think):
-                if isinstance(event, Finish):
-                    saw_finish = True
-                yield event
-        if messages:
-            yield FLUSH
+                batch.append(_meta(frame))
+            if _frame_events(frame, think, batch):
+                saw_finish = True
+        if batch:
+            yield batch
     decoder.close()
-    reasoning, text = think.finish()
-    if reasoning:
-        yield ReasoningDelta(reasoning)
-    if text:
-        yield TextDelta(text)
+    batch = []
+    _finish_think(think, batch)
+    if batch:
+        yield batch
     if not saw_finish:
         raise UpstreamFailure(
             f"{name} stream ended unexpectedly (no [DONE], no finish_reason) — connection reset or truncated upstream",
@@ -287,8 +310,16 @@ async def _read_stream(
         )
 
 
-def _frame_events(frame: dict[str, Any], think: ThinkSplitter) -> list[Event]:
-    events: list[Event] = []
+def _finish_think(think: ThinkSplitter, batch: Batch) -> None:
+    reasoning, text = think.finish()
+    if reasoning:
+        batch.append(ReasoningDelta(reasoning))
+    if text:
+        batch.append(TextDelta(text))
+
+
+def _frame_events(frame: dict[str, Any], think: ThinkSplitter, events: Batch) -> bool:
+    """Append one chunk's events to `events`; True when the chunk carried a finish reason."""
     choices = frame.get("choices")
     finish: Finish | None = None
     if choices:
@@ -323,11 +354,12 @@ def _frame_events(frame: dict[str, Any], think: ThinkSplitter) -> list[Event]:
         events.append(usage_event(usage))
     if finish is not None:
         events.append(finish)
-    return events
+        return True
+    return False
 
 
-def _completion_events(payload: dict[str, Any]) -> list[Event]:
-    events: list[Event] = [_meta(payload)]
+def _completion_events(payload: dict[str, Any]) -> Batch:
+    events: Batch = [_meta(payload)]
     choice = payload["choices"][0] if payload["choices"] else {}
     message = choice.get("message") or {}
     reasoning = message.get("reasoning_content")

@@ -26,12 +26,12 @@ from gateway.errors import UpstreamFailure
 from gateway.stream.dialect import contains_marker, could_become_marker, rescue_inline_tool_calls, starts_with_marker
 from gateway.stream.toolcalls import ToolCallBuffer, tool_schemas
 from gateway.wire.canonical import (
+    Batch,
     CanonicalRequest,
     Event,
     Finish,
-    Flush,
     Meta,
-    Output,
+    OutputBatch,
     ReasoningDelta,
     StreamFailed,
     TextDelta,
@@ -67,74 +67,74 @@ class Pump:
         self._reasoning: list[str] = []
         self._tools = ToolCallBuffer()
 
-    async def run(self, events: AsyncIterator[Event]) -> AsyncIterator[Output]:
+    async def run(self, batches: AsyncIterator[Batch]) -> AsyncIterator[OutputBatch]:
+        """The clean turn, one non-empty batch of outputs per upstream read that produced any."""
         try:
-            async for event in events:
-                for output in self._consume(event):
-                    yield output
-            for output in self._finish():
-                yield output
+            async for batch in batches:
+                outputs: OutputBatch = []
+                for event in batch:
+                    self._consume(event, outputs)
+                if outputs:
+                    yield outputs
+            yield self._finish()
         except UpstreamFailure as failure:
             if not self.committed:
                 raise
-            yield StreamFailed(f"Provider error ({self.display_name}): {failure.message}")
+            yield [StreamFailed(f"Provider error ({self.display_name}): {failure.message}")]
 
-    def _commit(self) -> list[Output]:
-        if self.committed:
-            return []
-        self.committed = True
-        return [self._meta]
+    def _commit(self, out: OutputBatch) -> None:
+        if not self.committed:
+            self.committed = True
+            out.append(self._meta)
 
     def _token_seen(self) -> None:
         if self.first_token_at is None:
             self.first_token_at = time.monotonic()
 
-    def _consume(self, event: Event) -> list[Output]:
+    def _consume(self, event: Event, out: OutputBatch) -> None:
         if isinstance(event, TextDelta):
-            return self._text(event) if event.text else []
-        if isinstance(event, ReasoningDelta):
+            if event.text:
+                self._text(event, out)
+        elif isinstance(event, ReasoningDelta):
             if not event.text:
-                return []
+                return
             self._token_seen()
             self.output_estimate += estimate_tokens(event.text)
             if not self.streaming:
                 self._reasoning.append(event.text)
-                return []
-            return [*self._commit(), event]
-        if isinstance(event, ToolCallDelta):
+                return
+            self._commit(out)
+            out.append(event)
+        elif isinstance(event, ToolCallDelta):
             self._tools.add(event.index, event.id, event.name, event.arguments)
-            return []
-        if isinstance(event, Meta):
+        elif isinstance(event, Meta):
             self._meta = _merge_meta(self._meta, event)
-            return []
-        if isinstance(event, Usage):
+        elif isinstance(event, Usage):
             self.usage = event
-            return []
-        if isinstance(event, Finish):
+        elif isinstance(event, Finish):
             self.upstream_finish = event.reason
-        elif isinstance(event, Flush) and self.committed and self.streaming:
-            return [event]
-        return []
 
-    def _text(self, event: TextDelta) -> list[Output]:
+    def _text(self, event: TextDelta, out: OutputBatch) -> None:
         self._token_seen()
         self.output_estimate += estimate_tokens(event.text)
         if self._mode == "passthrough":
-            return [*self._commit(), event]
+            self._commit(out)
+            out.append(event)
+            return
         self._held += event.text
         if self._mode != "undecided":
-            return []
+            return
         probe = self._held.lstrip()
         if starts_with_marker(probe):
             self._mode = "dialect"
-            return []
+            return
         if not could_become_marker(probe) or len(probe) > HOLD_LIMIT:
             self._mode = "passthrough"
             held, self._held = self._held, ""
-            return [*self._commit(), TextDelta(held)]
-        return []
+            self._commit(out)
+            out.append(TextDelta(held))
 
-    def _finish(self) -> list[Output]:
+    def _finish(self) -> OutputBatch:
         calls = self._tools.assemble(self.schemas)
         text = self._held
         if self.wants_tools and text and self._should_rescue(text, has_calls=bool(calls)):
@@ -154,7 +154,8 @@ class Pump:
             )
         if not self.streaming and not calls and text.strip():
             text = self._structured(text)
-        outputs: list[Output] = self._commit()
+        outputs: OutputBatch = []
+        self._commit(outputs)
         if reasoning:
             outputs.append(ReasoningDelta(reasoning))
         if text and (text.strip() or calls or not self.streaming):

@@ -24,7 +24,6 @@ from gateway.turn import Served, serve_turn
 from gateway.wire.canonical import (
     CanonicalRequest,
     Finish,
-    Flush,
     Message,
     Meta,
     Output,
@@ -196,30 +195,26 @@ def usage_body(usage: Usage) -> dict[str, Any]:
 
 
 async def sse_body(served: Served, include_usage: bool) -> AsyncIterator[bytes]:
-    """The SSE body. Frames the provider produced from one upstream read go out in one write
-    (it marks reads with Flush); before the first Flush, and for providers that never send
-    one, every frame goes out at once."""
+    """The SSE body: each batch of outputs (what one upstream read carried) in one write.
+
+    The pump ends a turn with a batch whose last output is Finish or Usage, or with StreamFailed.
+    The finish frames go out with `[DONE]` once the turn has ended (and booked itself), so a
+    client that hangs up on `[DONE]` cannot turn a delivered answer into a canceled one."""
     writer = ChunkWriter(served.model_id, include_usage)
-    pending: list[bytes] = []
-    batching = False
+    render = writer.render
+    final = b""
     try:
-        async for output in served.outputs:
-            if isinstance(output, Flush):
-                batching = True
-                if pending:
-                    yield b"".join(pending)
-                    pending.clear()
-                continue
-            frame = writer.render(output)
-            if frame:
-                if batching:
-                    pending.append(frame)
-                else:
-                    yield frame
-            if isinstance(output, StreamFailed):
-                break
-        pending.append(DONE)
-        yield b"".join(pending)
+        async for batch in served.outputs:
+            data = b"".join([render(output) for output in batch])
+            last = batch[-1]
+            if isinstance(last, StreamFailed):
+                yield data + DONE
+                return
+            if isinstance(last, Finish | Usage):
+                final = data
+            elif data:
+                yield data
+        yield final + DONE
     finally:
         await served.close()
 
@@ -232,7 +227,8 @@ async def completion_body(served: Served) -> dict[str, Any]:
     finish = "stop"
     usage: Usage | None = None
     logprobs: Any = None
-    async for output in served.outputs:
+    outputs = [output async for batch in served.outputs for output in batch]
+    for output in outputs:
         if isinstance(output, TextDelta):
             text.append(output.text)
             logprobs = output.logprobs if output.logprobs is not None else logprobs

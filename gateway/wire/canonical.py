@@ -108,14 +108,11 @@ class Finish:
     reason: FinishReason
 
 
-@dataclass(frozen=True, slots=True)
-class Flush:
-    """The provider has nothing more buffered right now: what was emitted since the last Flush
-    may go to the client in one write. Optional for adapters (a surface that never sees one
-    writes every event at once); the pump passes it through once committed."""
-
-
-Event = Meta | TextDelta | ReasoningDelta | ToolCallDelta | Usage | Finish | Flush
+Event = Meta | TextDelta | ReasoningDelta | ToolCallDelta | Usage | Finish
+# Providers yield events in batches, one batch per upstream read, and the pump yields outputs the
+# same way: one await per read rather than per event through every layer, and a surface writes
+# each batch to the client in one send.
+Batch = list[Event]
 
 
 def estimate_tokens(text: str) -> int:
@@ -137,4 +134,5 @@ class StreamFailed:
     message: str
 
 
-Output = Meta | TextDelta | ReasoningDelta | ToolCalls | Finish | Usage | StreamFailed | Flush
+Output = Meta | TextDelta | ReasoningDelta | ToolCalls | Finish | Usage | StreamFailed
+OutputBatch = list[Output]
