@@ -49,6 +49,10 @@ class StateStore(ABC):
         """When the oldest entry still inside the window was recorded, or None if the window is empty."""
 
     @abstractmethod
+    async def clear(self, key: str) -> None:
+        """Forget a sliding window or a plain counter (Redis: DEL)."""
+
+    @abstractmethod
     async def incr(self, key: str, amount: int) -> int:
         """Add to a plain counter (no window) and return its new value."""
 
@@ -123,6 +127,10 @@ class MemoryStateStore(StateStore):
         horizon = now - keep_s
         while window and window[0][0] <= horizon:
             window.popleft()
+
+    async def clear(self, key: str) -> None:
+        self._windows.pop(key, None)
+        self._counters.pop(key, None)
 
     async def incr(self, key: str, amount: int) -> int:
         self._counters[key] = self._counters.get(key, 0) + amount
