@@ -25,6 +25,7 @@ from django.db import connections  # noqa: E402  (needs the settings configured 
 
 from gateway.logwriter import log_writer  # noqa: E402
 from gateway.providers.pool import close_pools  # noqa: E402
+from gateway.routing import revalidate  # noqa: E402
 from gateway.snapshot import snapshots  # noqa: E402
 from gateway.urls import data_plane  # noqa: E402
 
@@ -56,6 +57,7 @@ async def _lifespan(receive: Any, send: Any) -> None:
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             await log_writer.stop()
+            await revalidate.drain()  # a key check in flight still needs its pooled session
             await close_pools()
             await sync_to_async(connections.close_all, thread_sensitive=True)()
             await send({"type": "lifespan.shutdown.complete"})

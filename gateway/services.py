@@ -18,7 +18,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from gateway import crypto, tokens
-from gateway.models import ConfigState, GatewayKey, Profile, Provider, ProviderKey, Setting
+from gateway.models import ConfigState, GatewayKey, KeyStatus, Profile, Provider, ProviderKey, Setting
+from gateway.routing.redact import redact
 from gateway.settings_registry import validate_setting
 
 
@@ -41,9 +42,13 @@ def _key_aad(key: ProviderKey) -> bytes:
 
 
 def provider_key_set_secret(*, key: ProviderKey, secret: str) -> None:
-    """Encrypt `secret` onto the (unsaved or saved) key row and refresh its hint."""
+    """Encrypt `secret` onto the (unsaved or saved) key row and refresh its hint. A new secret
+    has not been judged yet: a key marked invalid goes back into routing with it."""
     key.secret_ciphertext = crypto.encrypt(secret, aad=_key_aad(key))
     key.secret_hint = crypto.mask(secret)
+    key.status = KeyStatus.UNKNOWN
+    key.last_error = ""
+    key.last_checked_at = None
 
 
 def provider_key_secret(key: ProviderKey) -> str:
@@ -58,6 +63,38 @@ def provider_key_create(*, provider: Provider, label: str, secret: str, enabled:
         key.save()
         config_changed()
     return key
+
+
+KEY_ERROR_LIMIT = 500
+
+
+def provider_key_record_check(*, uid: str, outcome: str, reason: str = "") -> bool:
+    """Write down what the upstream said about a key when it was revalidated.
+
+    `outcome` is "invalid" (the key is marked invalid with the redacted `reason` and leaves
+    routing), "valid" (marked healthy) or "unknown" (only the check time is kept). The
+    generation moves when the key is marked invalid and when an invalid key is found valid
+    again, never for a check that leaves routing as it was. False when the row is gone.
+    """
+    if outcome not in ("valid", "invalid", "unknown"):
+        raise ValueError(f"unknown key check outcome {outcome!r}")
+    with transaction.atomic():
+        key = ProviderKey.objects.select_for_update().filter(uid=uid).first()
+        if key is None:
+            return False
+        was_invalid = key.status == KeyStatus.INVALID
+        key.last_checked_at = timezone.now()
+        fields = ["last_checked_at"]
+        if outcome == "invalid":
+            key.status, key.last_error = KeyStatus.INVALID, redact(reason, limit=KEY_ERROR_LIMIT)
+            fields += ["status", "last_error"]
+        elif outcome == "valid":
+            key.status, key.last_error = KeyStatus.HEALTHY, ""
+            fields += ["status", "last_error"]
+        key.save(update_fields=fields)
+        if outcome == "invalid" or (outcome == "valid" and was_invalid):
+            config_changed()
+    return True
 
 
 def gateway_key_create(

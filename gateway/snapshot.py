@@ -46,6 +46,7 @@ class KeyGrant:
 class UpstreamKey:
     label: str
     secret: str
+    uid: str = ""  # the ProviderKey row's uid, so a verdict on the key can be written back
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +121,7 @@ def current_generation() -> int:
 
 def load_snapshot() -> Snapshot:
     """Build a snapshot from the database (synchronous; call it off the event loop)."""
-    from gateway.models import CatalogModel, ChainEntry, GatewayKey, Profile, Provider, Setting
+    from gateway.models import CatalogModel, ChainEntry, GatewayKey, KeyStatus, Profile, Provider, Setting
     from gateway.services import provider_key_secret
 
     generation = current_generation()
@@ -140,10 +141,11 @@ def load_snapshot() -> Snapshot:
     for provider in Provider.objects.filter(enabled=True).prefetch_related("keys"):
         upstream_keys = []
         for key in provider.keys.all():
-            if not key.enabled:
+            # A key the upstream refused when it was revalidated is not routed until an operator fixes it.
+            if not key.enabled or key.status == KeyStatus.INVALID:
                 continue
             try:
-                upstream_keys.append(UpstreamKey(label=key.label, secret=provider_key_secret(key)))
+                upstream_keys.append(UpstreamKey(label=key.label, secret=provider_key_secret(key), uid=str(key.uid)))
             except crypto.DecryptError:
                 logger.warning("provider key %s/%s does not decrypt; it is skipped", provider.name, key.label)
         providers[provider.name] = ProviderInfo(

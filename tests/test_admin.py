@@ -33,6 +33,7 @@ from gateway.models import (
     RequestLog,
     Setting,
 )
+from gateway.snapshot import load_snapshot
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -224,6 +225,24 @@ def test_editing_a_provider_key_with_a_new_secret_replaces_it(admin_client: Clie
     provider_key.refresh_from_db()
     assert services.provider_key_secret(provider_key) == "gsk_rotated_secret_987654321"
     assert provider_key.secret_hint == "gsk_...4321"
+
+
+def test_a_new_secret_brings_a_key_marked_invalid_back_into_routing(
+    admin_client: Client, provider_key: ProviderKey
+) -> None:
+    ProviderKey.objects.filter(pk=provider_key.pk).update(status="invalid", last_error="acme API error 401: nope")
+    assert not _routed_key_labels()
+
+    _edit_key(admin_client, provider_key, "gsk_rotated_secret_987654321")
+
+    provider_key.refresh_from_db()
+    assert provider_key.status == "unknown"
+    assert provider_key.last_error == ""
+    assert _routed_key_labels() == {"renamed"}
+
+
+def _routed_key_labels() -> set[str]:
+    return {key.label for provider in load_snapshot().providers.values() for key in provider.keys}
 
 
 def _provider_post(provider: Provider, **extra: str) -> dict[str, str]:
