@@ -12,20 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from urllib.parse import urlsplit
 
 from gateway.errors import TurnFailed, UpstreamFailure
 from gateway.limits import enforce, month_key
 from gateway.logwriter import AttemptRecord, RequestRecord, log_writer
 from gateway.providers.pool import adapter_for
-from gateway.routing import exhaustion
-from gateway.routing.classify import Verdict, classify, cooldown_seconds
+from gateway.routing import exhaustion, revalidate
+from gateway.routing.bookkeeping import Bookkeeper
+from gateway.routing.classify import FailureKind, Verdict, classify
 from gateway.routing.redact import header_value, redact
 from gateway.routing.router import Chain, Route, Router, RoutingDiagnostics, Skips, resolve_chain
 from gateway.routing.state import shared_store
@@ -35,6 +34,11 @@ from gateway.stream.pump import Pump
 from gateway.wire.canonical import Batch, CanonicalRequest, OutputBatch, StreamFailed, estimate_tokens
 
 logger = logging.getLogger(__name__)
+
+
+SAME_KEY_RETRIES = 2  # per key and request, for failures that ask for the same key again
+SAME_KEY_BACKOFF_S = 0.5  # doubled on each retry, unless the upstream stated its own back-off
+SAME_KEY_MAX_WAIT_S = 5.0  # a longer stated back-off moves on to another key at once
 
 
 class _HedgeFired(Exception):
@@ -79,23 +83,13 @@ def input_estimate(request: CanonicalRequest) -> int:
     return sum(estimate_tokens(message.text()) for message in request.messages)
 
 
-def is_local(base_url: str) -> bool:
-    host = urlsplit(base_url).hostname or ""
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return address.is_loopback or address.is_private
-
-
 class Turn:
     def __init__(self, ctx: TurnContext, chain: Chain, router: Router | None = None) -> None:
         self.ctx = ctx
         self.chain = chain
         self.router = router or Router(shared_store())
         self.state = self.router.state
+        self.bookkeeper = Bookkeeper(self.state)
         settings = ctx.snapshot.settings
         self.max_attempts: int = settings["retry_max_attempts"]
         self.budget_s: float = settings["retry_budget_s"]
@@ -179,11 +173,18 @@ class Turn:
         loop_start = time.monotonic()
         consecutive = 0
         last: tuple[UpstreamFailure, Verdict] | None = None
+        same_key: Route | None = None  # set when the last failure asked for the same key again
+        same_key_tries: dict[str, int] = {}
         for attempt in range(self.max_attempts):
             elapsed = time.monotonic() - loop_start
             if attempt > 1 and self.budget_s and elapsed >= self.budget_s:
                 raise await self._exhausted(last, timed_out=True)
-            route = await self.router.next_route(self.chain, self.skips, estimate=self.estimate_total, now=time.time())
+            if same_key is not None:
+                route, same_key = same_key, None
+            else:
+                route = await self.router.next_route(
+                    self.chain, self.skips, estimate=self.estimate_total, now=time.time()
+                )
             if isinstance(route, RoutingDiagnostics):
                 if not self.trail:
                     soonest = await self.state.soonest_cooldown(time.time())
@@ -197,12 +198,23 @@ class Turn:
                 await self.router.release(route)
                 verdict = classify(failure)
                 last = (failure, verdict)
-                await self._book_failure(route, failure, verdict, started)
+                wait = self._same_key_wait(route, failure, verdict, same_key_tries, loop_start)
+                if wait is not None and attempt + 1 < self.max_attempts:
+                    # Capacity trouble across the whole API (Anthropic's 529), not this key: the
+                    # same key, after a short pause, is the best next attempt. Nothing is booked.
+                    self._trace(route, verdict.trail_class, started, redact(failure.message, limit=200))
+                    consecutive += 1
+                    if self.breaker and consecutive >= self.breaker:
+                        raise await self._exhausted(last, breaker=consecutive) from failure
+                    await asyncio.sleep(wait)
+                    same_key = await self.router.retake(route, now=time.time())
+                    continue
+                counts = await self._book_failure(route, failure, verdict, started)
                 if not verdict.retryable:
                     raise exhaustion.fatal(
                         route.target.model.display_name, failure.message, headers=self.fallback_headers()
                     ) from failure
-                if not verdict.exempt_from_cooldown:
+                if counts:
                     consecutive += 1
                 if self.breaker and consecutive >= self.breaker:
                     raise await self._exhausted(last, breaker=consecutive) from failure
@@ -220,6 +232,26 @@ class Turn:
                 raise
             return served
         raise await self._exhausted(last)
+
+    def _same_key_wait(
+        self, route: Route, failure: UpstreamFailure, verdict: Verdict, tries: dict[str, int], loop_start: float
+    ) -> float | None:
+        """How long to pause before trying this same key again, or None to book the failure and
+        move on: only for verdicts that ask for it, at most SAME_KEY_RETRIES times per key, for a
+        stated back-off of at most SAME_KEY_MAX_WAIT_S, and inside the wall-clock budget."""
+        if not verdict.retry_same_key:
+            return None
+        done = tries.get(route.lease_key, 0)
+        if done >= SAME_KEY_RETRIES:
+            return None
+        stated = failure.retry_after_s
+        wait = stated if stated is not None and stated >= 0 else SAME_KEY_BACKOFF_S * (2**done)
+        if wait > SAME_KEY_MAX_WAIT_S:
+            return None
+        if self.budget_s and time.monotonic() - loop_start + wait >= self.budget_s:
+            return None
+        tries[route.lease_key] = done + 1
+        return wait
 
     async def _attempt(self, route: Route, hedge_s: float | None, started: float) -> Served:
         target = route.target
@@ -311,32 +343,34 @@ class Turn:
         outcome = {"success": "ok", "error": "committed", "canceled": "client_abort"}[status]
         self._trace(route, outcome, started, failed or "")
         self._finish_record(status, 200, failed or ("client disconnected" if status == "canceled" else ""))
-        if status == "success":
-            tokens = (usage.total_tokens if usage and usage.total_tokens else None) or (
-                self.record.input_tokens + self.record.output_tokens
-            )
-            task = asyncio.get_running_loop().create_task(
-                self.router.record_success(route, tokens=tokens, now=time.time())
-            )
-            _background.add(task)
-            task.add_done_callback(_background.discard)
-        account_tokens(self.ctx.grant.id, self.record.input_tokens + self.record.output_tokens)
+        tokens = self.record.input_tokens + self.record.output_tokens
+        served = (usage.total_tokens if usage and usage.total_tokens else tokens) if status == "success" else None
+        _in_background(self._after(route, tokens=tokens, served_tokens=served))
 
-    async def _book_failure(self, route: Route, failure: UpstreamFailure, verdict: Verdict, started: float) -> None:
+    async def _after(self, route: Route, *, tokens: int, served_tokens: int | None) -> None:
+        """The shared-state bookkeeping of a committed turn, behind the response: the gateway
+        key's monthly tokens always; when the route served the turn, its rate counters, and its
+        ladder, streaks and model window wiped clean."""
+        now = time.time()
+        await self.state.incr(month_key(self.ctx.grant.id), tokens)
+        if served_tokens is not None:
+            await self.router.record_success(route, tokens=served_tokens, now=now)
+            await self.bookkeeper.success(route, now=now)
+
+    async def _book_failure(self, route: Route, failure: UpstreamFailure, verdict: Verdict, started: float) -> bool:
+        """Rule the failed route out for this request and book the failure for every later one;
+        True when it counts toward the circuit breaker."""
         target = route.target
         self.skips.keys.add(route.lease_key)
         if verdict.skip_model:
             self.skips.models.add((target.provider.name, target.model.upstream_id))
         if verdict.skip_provider:
             self.skips.providers.add(target.provider.name)
-        now = time.time()
-        cooldown = cooldown_seconds(
-            verdict, failure, local_endpoint=is_local(target.provider.base_url), now=datetime.now(UTC)
-        )
-        if cooldown is not None:
-            seconds, reason = cooldown
-            await self.state.set_cooldown(route.lease_key, now + seconds, reason, now)
+        booking = await self.bookkeeper.failure(route, failure, verdict, now=time.time())
+        if verdict.kind is FailureKind.CREDENTIAL:
+            revalidate.schedule(target)
         self._trace(route, verdict.trail_class, started, redact(failure.message, limit=200))
+        return booking.counts_for_breaker
 
     async def _exhausted(
         self, last: tuple[UpstreamFailure, Verdict] | None, *, timed_out: bool = False, breaker: int | None = None
@@ -371,8 +405,8 @@ async def _guarded(batches: AsyncIterator[Batch], provider: str) -> AsyncIterato
 _background: set[asyncio.Task[None]] = set()
 
 
-def account_tokens(key_id: int, tokens: int) -> None:
-    task = asyncio.get_running_loop().create_task(shared_store().incr(month_key(key_id), tokens))
+def _in_background(work: Awaitable[None]) -> None:
+    task = asyncio.get_running_loop().create_task(work)  # type: ignore[arg-type]
     _background.add(task)
     task.add_done_callback(_background.discard)
 

@@ -12,8 +12,11 @@ import orjson
 import pytest
 
 from gateway import logwriter, services
-from gateway.models import CatalogModel, ChainEntry, Profile, Provider, RequestLog
+from gateway.models import CatalogModel, ChainEntry, KeyStatus, Profile, Provider, ProviderKey, RequestLog
+from gateway.routing import bookkeeping
+from gateway.routing.state import shared_store
 from tests.conftest import LiveGateway, wait_for_log
+from tests.fakes.replies import default_reply
 from tests.fakes.upstream import Reply
 
 pytestmark = pytest.mark.timeout(30)
@@ -205,14 +208,106 @@ def test_a_rejected_key_rotates_to_its_sibling(catalog, raw):
     assert response.json()["choices"][0]["message"]["content"] == "Echo: Say hello"
     assert response.headers["x-routed-via"] == "duo/pair-duo"
     assert response.headers["x-fallback-trail"] == "duo/pair key1=auth"
-    rejected, served = (request.headers["authorization"] for request in catalog.requests)
+    rejected, served = (request.headers["authorization"] for request in completions(catalog))
     assert {rejected, served} == {f"Bearer {secret}" for secret in DUO_SECRETS}
 
     for _ in range(3):
         assert raw.post("/v1/chat/completions", json={"model": "pair", "messages": MESSAGES}).status_code == 200
 
-    later = [request.headers["authorization"] for request in catalog.requests[2:]]
+    later = [request.headers["authorization"] for request in completions(catalog)[2:]]
     assert later == [served] * 3
+
+
+def completions(fake) -> list:
+    return [request for request in fake.requests if request.path.endswith("/chat/completions")]
+
+
+def test_a_key_refused_again_by_its_provider_is_marked_invalid_and_never_routed_again(catalog, raw):
+    bad = f"Bearer {DUO_SECRETS[0]}"
+
+    def refuse_the_first_key(request):
+        if request.headers.get("authorization") == bad:
+            return Reply.error(401, "Incorrect API key provided")
+        return default_reply(request)
+
+    catalog.set_default(refuse_the_first_key)
+    for _ in range(2):  # whichever key the rotation starts on, the first one fails once
+        assert raw.post("/v1/chat/completions", json={"model": "pair", "messages": MESSAGES}).status_code == 200
+
+    deadline = time.monotonic() + 5
+    key = ProviderKey.objects.get(label="first")
+    while key.status != KeyStatus.INVALID and time.monotonic() < deadline:
+        time.sleep(0.05)
+        key.refresh_from_db()
+    assert key.status == KeyStatus.INVALID
+    assert "401" in key.last_error and DUO_SECRETS[0] not in key.last_error
+    checks = [r for r in catalog.requests if r.method == "GET" and r.path.endswith("/models")]
+    assert [r.headers["authorization"] for r in checks] == [bad]  # checked once, with the refused key
+
+    # Even once its cooldown is long over, the invalid key is no longer routed at all.
+    shared_store().__init__()
+    before = len(completions(catalog))
+    for _ in range(4):
+        assert raw.post("/v1/chat/completions", json={"model": "pair", "messages": MESSAGES}).status_code == 200
+    assert {r.headers["authorization"] for r in completions(catalog)[before:]} == {f"Bearer {DUO_SECRETS[1]}"}
+
+
+def test_an_overloaded_api_is_retried_on_the_same_key(catalog, raw):
+    catalog.enqueue(Reply.error(529, "Overloaded"), model="pair-duo")
+
+    response = raw.post("/v1/chat/completions", json={"model": "pair", "messages": MESSAGES})
+
+    assert response.status_code == 200
+    assert response.headers["x-fallback-attempts"] == "1"
+    first, second = (request.headers["authorization"] for request in completions(catalog))
+    assert first == second
+
+
+def test_the_same_key_is_retried_twice_then_the_next_provider_takes_over(catalog, raw):
+    # An overloaded API is the provider's trouble, not the key's: once the same-key retries are
+    # spent, the loop moves to another provider rather than burn a sibling key on it.
+    for _ in range(3):
+        catalog.enqueue(Reply.error(529, "Overloaded", headers={"retry-after": "0"}), model="m-up1")
+
+    response = raw.post("/v1/chat/completions", json={"model": "m", "messages": MESSAGES, "stream": True})
+
+    assert response.status_code == 200
+    assert response.headers["x-routed-via"] == "up2/m-up2"
+    assert response.headers["x-fallback-attempts"] == "3"
+    assert [request.model for request in completions(catalog)] == ["m-up1", "m-up1", "m-up1", "m-up2"]
+
+
+def test_a_long_stated_back_off_moves_on_at_once(catalog, raw):
+    catalog.enqueue(Reply.error(529, "Overloaded", headers={"retry-after": "60"}), model="m-up1")
+
+    started = time.monotonic()
+    response = raw.post("/v1/chat/completions", json={"model": "m", "messages": MESSAGES})
+
+    assert response.status_code == 200
+    assert time.monotonic() - started < 5
+    assert [request.model for request in completions(catalog)] == ["m-up1", "m-up2"]
+
+
+def test_a_model_failing_three_times_in_a_row_is_benched_on_every_key(catalog, raw, monkeypatch):
+    # Not a local endpoint, so cooldowns are the real ones (90 s), not the 5 s of a LAN server.
+    monkeypatch.setattr(bookkeeping, "is_local", lambda base_url: False)
+    trio = Provider.objects.create(name="trio", kind="openai", base_url=catalog.base_url)
+    for n in range(3):
+        services.provider_key_create(provider=trio, label=f"k{n}", secret=f"sk-trio-{n}-0123456789abcdef")
+    CatalogModel.objects.create(public_id="tri", provider=trio, upstream_id="tri-up", display_name="Tri")
+    services.config_changed()
+    fail_everywhere(catalog, "tri-up", "tri-up", "tri-up", status=429)
+
+    first = raw.post("/v1/chat/completions", json={"model": "tri", "messages": MESSAGES})
+    assert first.status_code == 429
+    assert len(completions(catalog)) == 3
+
+    later = raw.post("/v1/chat/completions", json={"model": "tri", "messages": MESSAGES})
+
+    assert later.status_code == 429
+    assert len(completions(catalog)) == 3
+    # Benched for 10 minutes, not the 90 s each key's own failure earned.
+    assert 590 <= int(later.headers["retry-after"]) <= 600
 
 
 def test_a_rate_limited_only_key_is_not_asked_again_during_its_cooldown(catalog, raw):

@@ -212,6 +212,11 @@ class Router:
                 return False
         return True
 
+    async def retake(self, route: Route, *, now: float) -> Route:
+        """The same (provider, model, key) again, under a new lease, for a retry on that key."""
+        lease_id = await self.state.acquire_lease(route.lease_key, now, LEASE_TTL_S)
+        return Route(target=route.target, lease_key=route.lease_key, lease_id=lease_id)
+
     async def release(self, route: Route) -> None:
         await self.state.release_lease(route.lease_key, route.lease_id)
 
