@@ -11,6 +11,7 @@ ends with neither `[DONE]` nor a finish reason is a truncation, never a silent s
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,8 +23,10 @@ from gateway.errors import UpstreamFailure
 from gateway.providers.backoff import error_code, error_text, stated_backoff
 from gateway.providers.base import KeyCheck, KeyOutcome, ProviderAdapter, UpstreamTarget, register
 from gateway.routing.redact import redact
+from gateway.stream.dialect import rescue_inline_tool_calls
 from gateway.stream.sse import SSEDecoder
 from gateway.stream.think import ThinkSplitter, split_think
+from gateway.stream.toolcalls import tool_schemas
 from gateway.wire.canonical import (
     Batch,
     CanonicalRequest,
@@ -165,6 +168,10 @@ class OpenAICompatibleProvider(ProviderAdapter):
                 async with await self._post(request, target) as response:
                     raw = await response.read()
                     if response.status >= 400:
+                        rescued = rescue_failed_generation(raw, request, streaming=False)
+                        if rescued is not None:
+                            yield rescued
+                            return
                         raise _failure(target, response.status, response.reason, response.headers, raw)
             payload = orjson.loads(raw)
         except TimeoutError as exc:
@@ -201,6 +208,10 @@ class OpenAICompatibleProvider(ProviderAdapter):
                 except TRANSPORT_ERRORS as exc:
                     raise _transport_failure(target, exc) from exc
                 reusable = True
+                rescued = rescue_failed_generation(raw, request, streaming=True)
+                if rescued is not None:
+                    yield rescued
+                    return
                 raise _failure(target, response.status, response.reason, response.headers, raw)
             async for batch in _read_stream(response, name, first_byte_s, self.stall_timeout_s):
                 yield batch
@@ -223,6 +234,37 @@ async def _drained(response: aiohttp.ClientResponse) -> bool:
     except (TimeoutError, *TRANSPORT_ERRORS):
         return False
     return True
+
+
+def rescue_failed_generation(raw: bytes, request: CanonicalRequest, *, streaming: bool) -> Batch | None:
+    """Spec §2.1: an upstream that refused its own tool call (Groq's 400 `tool_use_failed`) but
+    quotes it in `error.failed_generation` has still answered. When the request declared tools
+    and the quote parses as a call of a declared tool (any §9.2 dialect, or JSON), the error
+    becomes that answer: the calls, finish `tool_calls`, and zero usage on the non-stream path.
+    None when there is nothing to rescue, and the error stands."""
+    if not request.tools:
+        return None
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    quoted = error.get("failed_generation") if isinstance(error, dict) else None
+    if not isinstance(quoted, str) or not quoted.strip():
+        return None
+    rescue = rescue_inline_tool_calls(quoted, tool_schemas(request.tools), allow_json=True)
+    if not rescue.calls:
+        return None
+    batch: Batch = [Meta(id=f"chatcmpl-rescued-{int(time.time() * 1000)}", created=int(time.time()))]
+    batch += [
+        ToolCallDelta(index=index, id=call.id, name=call.name, arguments=call.arguments)
+        for index, call in enumerate(rescue.calls)
+    ]
+    if not streaming:
+        zeros = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        batch.append(usage_event(zeros))
+    batch.append(Finish("tool_calls"))
+    return batch
 
 
 def _failure(
