@@ -8,7 +8,10 @@ one only knows `POST /v1/chat/completions`:
 
 - non-stream: a fixed small `chat.completion` with usage;
 - `"stream": true`: 20 content chunks, a finish chunk, a usage chunk and `[DONE]`, each SSE
-  frame its own HTTP chunk, all written at once.
+  frame its own HTTP chunk, all written at once;
+- `"stream": true` with `"x_bench_pace_ms": N` (the gateway forwards unknown fields verbatim):
+  the same frames paced like a model generating, the headers and first frame at once, then one
+  frame every N ms, so a TTFB measured under this load is the gateway's overhead, not a queue.
 
 Run: .venv/bin/python bench/fake_upstream.py --port 8901
 """
@@ -101,8 +104,20 @@ BAD_JSON = {keep: _response("400 Bad Request", _JSON, _BAD_JSON_BODY, keep_alive
 BAD_REQUEST = _response("400 Bad Request", _JSON, b'{"error":{"message":"bad HTTP request"}}', keep_alive=False)
 
 
-def answer(method: bytes, url: bytes, body: bytes, *, keep_alive: bool) -> bytes:
-    """The whole HTTP response to one request."""
+def _stream_head(*, keep_alive: bool) -> bytes:
+    head = [b"HTTP/1.1 200 OK", b"content-type: text/event-stream", b"transfer-encoding: chunked"]
+    if not keep_alive:
+        head.append(b"connection: close")
+    return b"\r\n".join(head) + b"\r\n\r\n"
+
+
+PACED_PIECES = [b"%x\r\n%s\r\n" % (len(frame), frame) for frame in stream_frames()]
+PACED_PIECES[-1] += b"0\r\n\r\n"
+PACED_HEAD = {keep: _stream_head(keep_alive=keep) for keep in (True, False)}
+
+
+def answer(method: bytes, url: bytes, body: bytes, *, keep_alive: bool) -> bytes | tuple[float, list[bytes]]:
+    """The whole HTTP response to one request, or (pace in seconds, pieces) for a paced stream."""
     if method != b"POST" or url.split(b"?", 1)[0] != b"/v1/chat/completions":
         return NOT_FOUND[keep_alive]
     try:
@@ -110,7 +125,12 @@ def answer(method: bytes, url: bytes, body: bytes, *, keep_alive: bool) -> bytes
     except orjson.JSONDecodeError:
         return BAD_JSON[keep_alive]
     stream = isinstance(payload, dict) and payload.get("stream") is True
-    return STREAM[keep_alive] if stream else COMPLETION[keep_alive]
+    if not stream:
+        return COMPLETION[keep_alive]
+    pace_ms = payload.get("x_bench_pace_ms")
+    if isinstance(pace_ms, int | float) and pace_ms > 0:
+        return pace_ms / 1000, [PACED_HEAD[keep_alive] + PACED_PIECES[0], *PACED_PIECES[1:]]
+    return STREAM[keep_alive]
 
 
 class UpstreamProtocol(asyncio.Protocol):
@@ -148,9 +168,25 @@ class UpstreamProtocol(asyncio.Protocol):
         if self.transport is None or self.transport.is_closing():
             return
         keep_alive = self.parser.should_keep_alive()
-        self.transport.write(answer(self.parser.get_method(), self.url, b"".join(self.body), keep_alive=keep_alive))
+        reply = answer(self.parser.get_method(), self.url, b"".join(self.body), keep_alive=keep_alive)
+        if isinstance(reply, tuple):
+            pace_s, pieces = reply
+            asyncio.get_running_loop().create_task(self._paced(pace_s, pieces, keep_alive))
+            return
+        self.transport.write(reply)
         if not keep_alive:
             self.transport.close()
+
+    async def _paced(self, pace_s: float, pieces: list[bytes], keep_alive: bool) -> None:
+        transport = self.transport
+        for index, piece in enumerate(pieces):
+            if transport is None or transport.is_closing():
+                return
+            if index:
+                await asyncio.sleep(pace_s)
+            transport.write(piece)
+        if not keep_alive and transport is not None:
+            transport.close()
 
 
 async def serve(host: str, port: int) -> None:

@@ -99,6 +99,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             "messages": [{"role": "user", "content": "Count to twenty."}],
             "max_tokens": 64,
             "stream": True,
+            **({"x_bench_pace_ms": args.pace_ms} if args.pace_ms else {}),
         }
     )
     headers = {"content-type": "application/json"}
@@ -147,6 +148,9 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=15.0, help="measuring window, seconds")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of load before the window opens")
     parser.add_argument("--request-timeout", type=float, default=10.0)
+    parser.add_argument(
+        "--pace-ms", type=float, default=0, help="ask bench/fake_upstream.py to pace its frames N ms apart"
+    )
     args = parser.parse_args()
     try:
         import uvloop
