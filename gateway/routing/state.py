@@ -72,14 +72,61 @@ class StateStore(ABC):
     async def leases(self, key: str, now: float) -> int: ...
 
 
-class MemoryStateStore(StateStore):
-    """One process's state. Windows keep (time, amount) pairs, pruned as they are read."""
+class _Window:
+    """A sliding-window counter in one-second buckets, with its running sum.
 
-    MAX_WINDOW_S = 86_400.0
+    Memory is bounded by the window (at most one bucket per second of it, however many events
+    arrive), adding is O(1), and the sum over the whole window is O(1): a 24-hour request counter
+    at thousands of requests a second stays at most 86,400 small buckets, where one entry per
+    event grew without bound and made every routing decision sum all of them. A bucket counts for
+    a window while any part of its second is inside it, so a window may see up to one second of
+    older events, never fewer: limits err on the safe side.
+    """
+
+    __slots__ = ("buckets", "keep_s", "sum")
+
+    def __init__(self, keep_s: float) -> None:
+        self.buckets: deque[list[int]] = deque()  # [second, amount], oldest first
+        self.keep_s = keep_s
+        self.sum = 0
+
+    def add(self, amount: int, now: float) -> None:
+        second = int(now)
+        if self.buckets and self.buckets[-1][0] == second:
+            self.buckets[-1][1] += amount
+        else:
+            self.buckets.append([second, amount])
+        self.sum += amount
+
+    def prune(self, now: float) -> None:
+        horizon = now - self.keep_s
+        buckets = self.buckets
+        while buckets and buckets[0][0] + 1 <= horizon:
+            self.sum -= buckets.popleft()[1]
+
+    def total(self, now: float, window_s: float) -> int:
+        self.prune(now)
+        if window_s >= self.keep_s:
+            return self.sum
+        start = now - window_s
+        total = 0
+        for second, amount in reversed(self.buckets):
+            if second + 1 <= start:
+                break
+            total += amount
+        return total
+
+    def oldest(self, now: float, window_s: float) -> float | None:
+        start = now - window_s
+        return next((float(second) for second, _ in self.buckets if second + 1 > start), None)
+
+
+class MemoryStateStore(StateStore):
+    """One process's state; windows are bucketed per second (see _Window)."""
 
     def __init__(self) -> None:
         self._cooldowns: dict[str, Cooldown] = {}
-        self._windows: dict[str, deque[tuple[float, int]]] = {}
+        self._windows: dict[str, _Window] = {}
         self._leases: dict[str, dict[str, float]] = {}
         self._counters: dict[str, int] = {}
         self._ids = itertools.count(1)
@@ -106,27 +153,21 @@ class MemoryStateStore(StateStore):
         return min(active) if active else None
 
     async def add(self, key: str, amount: int, now: float, window_s: float) -> None:
-        window = self._windows.setdefault(key, deque())
-        window.append((now, amount))
-        self._prune(window, now, max(window_s, self.MAX_WINDOW_S))
+        window = self._windows.get(key)
+        if window is None:
+            window = self._windows[key] = _Window(window_s)
+        elif window_s > window.keep_s:
+            window.keep_s = window_s
+        window.add(amount, now)
+        window.prune(now)
 
     async def total(self, key: str, now: float, window_s: float) -> int:
         window = self._windows.get(key)
-        if not window:
-            return 0
-        self._prune(window, now, self.MAX_WINDOW_S)
-        start = now - window_s
-        return sum(amount for at, amount in window if at > start)
+        return window.total(now, window_s) if window is not None else 0
 
     async def oldest(self, key: str, now: float, window_s: float) -> float | None:
-        start = now - window_s
-        return next((at for at, _ in self._windows.get(key, ()) if at > start), None)
-
-    @staticmethod
-    def _prune(window: deque[tuple[float, int]], now: float, keep_s: float) -> None:
-        horizon = now - keep_s
-        while window and window[0][0] <= horizon:
-            window.popleft()
+        window = self._windows.get(key)
+        return window.oldest(now, window_s) if window is not None else None
 
     async def clear(self, key: str) -> None:
         self._windows.pop(key, None)
