@@ -126,8 +126,9 @@ def _encode_headers(response: Response | StreamingResponse, request_id: str) -> 
 
 
 class DataPlane:
-    """Routes exact paths (and path prefixes) to async handlers; answers everything else with
-    the fallback handler."""
+    """Routes exact paths, and path prefixes (a route ending in `/*` serves every path below it,
+    e.g. `/v1/responses/*` for `/v1/responses/<id>`), to async handlers; answers everything else
+    with the fallback handler. An exact route wins over a prefix; a longer prefix over a shorter."""
 
     def __init__(
         self,
@@ -136,7 +137,12 @@ class DataPlane:
         fallback: Handler,
         error_response: Callable[[Request, int, str], Response],
     ) -> None:
-        self.routes = routes
+        self.routes = {path: handler for path, handler in routes.items() if not path.endswith("/*")}
+        self.prefixes = sorted(
+            ((path[:-1], handler) for path, handler in routes.items() if path.endswith("/*")),
+            key=lambda item: len(item[0]),
+            reverse=True,
+        )
         self.fallback = fallback
         self.error_response = error_response
 
@@ -162,7 +168,7 @@ class DataPlane:
                 self.error_response(request, 413, f"Request body too large for the {limit_mb} MB limit."), send, request
             )
             return
-        handler = self.routes.get(request.path, self.fallback)
+        handler = self.route(request.path)
         work = asyncio.ensure_future(self._respond(handler, request, send))
         watch = asyncio.ensure_future(self._watch_disconnect(receive))
         try:
@@ -175,6 +181,15 @@ class DataPlane:
                 await work
             with contextlib.suppress(asyncio.CancelledError):
                 await watch
+
+    def route(self, path: str) -> Handler:
+        handler = self.routes.get(path)
+        if handler is not None:
+            return handler
+        for prefix, prefixed in self.prefixes:
+            if path.startswith(prefix) and len(path) > len(prefix):
+                return prefixed
+        return self.fallback
 
     async def _read_body(self, receive: Receive, headers: dict[str, str]) -> bytes | None:
         """The whole body, or None when it is over the limit (it is drained, not kept)."""

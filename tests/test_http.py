@@ -46,3 +46,24 @@ def test_json_responses_carry_their_length(live_gateway, gateway_key):
     response = httpx.get(f"{live_gateway.url}/v1/models", headers={"x-api-key": token})
 
     assert int(response.headers["content-length"]) == len(response.content)
+
+
+def test_routes_match_exact_paths_then_the_longest_prefix():
+    from gateway.http import DataPlane
+    from gateway.surfaces.common import plain_error
+
+    async def exact(request): ...
+    async def items(request): ...
+    async def deep(request): ...
+    async def fallback(request): ...
+
+    plane = DataPlane(
+        {"/v1/items": exact, "/v1/items/*": items, "/v1/items/x/*": deep}, fallback=fallback, error_response=plain_error
+    )
+
+    assert plane.route("/v1/items") is exact
+    assert plane.route("/v1/items/resp_1") is items
+    assert plane.route("/v1/items/x/y") is deep
+    assert plane.route("/v1/items/") is fallback  # a prefix needs something after it
+    assert plane.route("/v1/itemsy") is fallback
+    assert plane.route("/v1/other") is fallback
