@@ -12,6 +12,7 @@ from gateway.routing.classify import classify
 from gateway.routing.router import Route, key_id
 from gateway.routing.state import MemoryStateStore
 from gateway.snapshot import ModelInfo, ProviderInfo, UpstreamKey
+from tests.factories import model_info
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -31,22 +32,7 @@ def provider(*labels: str, base_url: str = CLOUD) -> ProviderInfo:
 
 
 def model(*, rpd: int | None = None, tpd: int | None = None) -> ModelInfo:
-    return ModelInfo(
-        public_id="m",
-        provider="acme",
-        upstream_id="acme-model-v1",
-        display_name="M",
-        context_window=None,
-        max_output_tokens=None,
-        vision=False,
-        tools=True,
-        reasoning=False,
-        rpm=None,
-        rpd=rpd,
-        tpm=None,
-        tpd=tpd,
-        created=0,
-    )
+    return model_info(rpd=rpd, tpd=tpd)
 
 
 def route(prov: ProviderInfo, mod: ModelInfo, label: str = "a") -> Route:

@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 from gateway.providers.base import UpstreamTarget, adapter_class
-from gateway.snapshot import ModelInfo, ProviderInfo
+from gateway.snapshot import ProviderInfo
 from gateway.wire.canonical import CanonicalRequest, Finish, Message, TextDelta, Usage
+from tests.factories import model_info
 
 PROVIDER = ProviderInfo(name="demo", kind="demo", base_url="", timeout_s=60, keys=())
-MODEL = ModelInfo(
-    public_id="demo",
-    provider="demo",
-    upstream_id="demo",
-    display_name="Demo",
-    context_window=8192,
-    max_output_tokens=1024,
-    vision=False,
-    tools=False,
-    reasoning=False,
-    rpm=None,
-    rpd=None,
-    tpm=None,
-    tpd=None,
-    created=0,
-)
+MODEL = model_info(
+    public_id="demo", provider="demo", upstream_id="demo", display_name="Demo", context_window=8192,
+    max_output_tokens=1024, tools=False,
+)  # fmt: skip
 TARGET = UpstreamTarget(provider=PROVIDER, model=MODEL, key=None)
 
 

@@ -10,7 +10,7 @@ import pytest
 from gateway.errors import UpstreamFailure
 from gateway.providers.base import UpstreamTarget
 from gateway.providers.openai_compat import OpenAICompatibleProvider
-from gateway.snapshot import ModelInfo, ProviderInfo, UpstreamKey
+from gateway.snapshot import ProviderInfo, UpstreamKey
 from gateway.wire.canonical import (
     CanonicalRequest,
     Finish,
@@ -21,6 +21,7 @@ from gateway.wire.canonical import (
     ToolCallDelta,
     Usage,
 )
+from tests.factories import model_info
 from tests.fakes.upstream import Reply
 
 pytestmark = pytest.mark.timeout(20)
@@ -36,22 +37,7 @@ def target(base_url: str, *, key: str | None = SECRET, timeout_s: float = 10) ->
         timeout_s=timeout_s,
         keys=(UpstreamKey("k", key),) if key else (),
     )
-    model = ModelInfo(
-        public_id="m",
-        provider="acme",
-        upstream_id="acme-model-v1",
-        display_name="M",
-        context_window=None,
-        max_output_tokens=None,
-        vision=False,
-        tools=True,
-        reasoning=False,
-        rpm=None,
-        rpd=None,
-        tpm=None,
-        tpd=None,
-        created=0,
-    )
+    model = model_info()
     return UpstreamTarget(provider=provider, model=model, key=provider.keys[0] if provider.keys else None)
 
 
