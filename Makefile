@@ -27,6 +27,8 @@ lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .
 
 bench: $(VENV)/.dev
+	@command -v wrk >/dev/null || { echo "wrk is missing; installing it from Debian's packages"; \
+		apt-get install -y -q wrk >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q wrk >/dev/null; }; }
 	$(PY) bench/run.py
 
 format: $(VENV)/.dev
