@@ -250,6 +250,8 @@ class RequestLog(models.Model):
             models.Index(fields=["gateway_key", "created_at"], name="requestlog_key_created"),
             models.Index(fields=["status", "created_at"], name="requestlog_status_created"),
             models.Index(fields=["provider", "model", "created_at"], name="requestlog_served_created"),
+            models.Index(fields=["provider", "created_at"], name="requestlog_provider_created"),
+            models.Index(fields=["surface", "created_at"], name="requestlog_surface_created"),
         ]
 
     def __str__(self) -> str:

@@ -514,7 +514,14 @@ def _changelist_queries(admin_client: Client, query: str = "") -> tuple[list[str
 
 @pytest.mark.parametrize(
     "query",
-    ["", "?status__exact=error", "?gateway_key__id__exact={key}", "?created_at__year=2025&status__exact=error"],
+    [
+        "",
+        "?status__exact=error",
+        "?gateway_key__id__exact={key}",
+        "?created_at__year=2025&status__exact=error",
+        "?surface__exact=chat",
+        "?provider=groq",
+    ],
 )
 def test_request_log_list_costs_the_same_queries_at_any_size(
     admin_client: Client, gateway_key: tuple[GatewayKey, str], query: str
@@ -581,6 +588,23 @@ def test_request_log_date_drilldown(admin_client: Client, gateway_key: tuple[Gat
     that_day = RequestLog.objects.filter(created_at__date=datetime.date(2024, 12, 24), status="success")
     expected = set(that_day.values_list("request_id", flat=True))
     assert shown == expected
+
+
+def test_request_log_filters_by_surface_and_by_the_provider_that_served(
+    admin_client: Client, gateway_key: tuple[GatewayKey, str]
+) -> None:
+    Provider.objects.create(name="groq", kind="openai", base_url="https://api.groq.com/openai/v1")
+    Provider.objects.create(name="cerebras", kind="openai", base_url="https://api.cerebras.ai/v1")
+    rows = _log_rows(6, gateway_key[0])
+    RequestLog.objects.filter(pk__in=[rows[1].pk, rows[4].pk]).update(surface="messages", provider="cerebras")
+
+    _, by_surface = _changelist_queries(admin_client, "?surface__exact=messages")
+    _, by_provider = _changelist_queries(admin_client, "?provider=groq")
+    _, unfiltered = _changelist_queries(admin_client)
+
+    assert set(re.findall(r"req-\d{5}", by_surface)) == {"req-00001", "req-00004"}
+    assert set(re.findall(r"req-\d{5}", by_provider)) == {"req-00000", "req-00002", "req-00003", "req-00005"}
+    assert "?provider=cerebras" in unfiltered and "?surface__exact=responses" in unfiltered
 
 
 def test_request_log_search_is_an_exact_request_id(admin_client: Client, gateway_key: tuple[GatewayKey, str]) -> None:
