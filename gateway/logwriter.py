@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -23,6 +24,8 @@ logger = logging.getLogger(__name__)
 FLUSH_INTERVAL_S = 1.0
 BATCH_SIZE = 200
 MAX_QUEUE = 100_000
+PURGE_INTERVAL_S = 3600.0  # how often rows past `request_log_retention_days` are deleted
+PURGE_BATCH = 1000
 
 
 @dataclass(slots=True)
@@ -162,6 +165,40 @@ def write_batch(records: list[RequestRecord]) -> None:
             cursor.executemany(_insert_sql(Attempt, _ATTEMPT_FIELDS, connection, returning=False), attempts)
 
 
+def purge_before(cutoff: datetime) -> int:
+    """Delete the request-log rows created before `cutoff`, and their attempts, in short
+    transactions of PURGE_BATCH rows so the table is never locked for long (synchronous; runs on
+    the writer's thread). Returns how many request rows went."""
+    from django.db import connection, transaction
+
+    from gateway.models import Attempt, RequestLog
+
+    quote = connection.ops.quote_name
+    attempts, logs = quote(Attempt._meta.db_table), quote(RequestLog._meta.db_table)
+    request_column = quote(Attempt._meta.get_field("request").column)
+    removed = 0
+    while True:
+        with transaction.atomic():
+            ids = list(RequestLog.objects.filter(created_at__lt=cutoff).values_list("id", flat=True)[:PURGE_BATCH])
+            if not ids:
+                return removed
+            marks = ", ".join(["%s"] * len(ids))
+            with connection.cursor() as cursor:
+                cursor.execute(f"DELETE FROM {attempts} WHERE {request_column} IN ({marks})", ids)
+                cursor.execute(f"DELETE FROM {logs} WHERE {quote('id')} IN ({marks})", ids)
+        removed += len(ids)
+
+
+def _purge_and_release(cutoff: datetime) -> int:
+    from django.db import connections
+
+    try:
+        return purge_before(cutoff)
+    except Exception:
+        connections.close_all()
+        raise
+
+
 def _write_and_release(records: list[RequestRecord]) -> None:
     """Write on the writer's own connection, kept open between batches; a failure drops it so
     the next batch starts on a fresh one."""
@@ -207,12 +244,33 @@ class LogWriter:
 
     async def _run(self) -> None:
         assert self._wake is not None
+        next_purge = 0.0
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(FLUSH_INTERVAL_S):
                     await self._wake.wait()
             self._wake.clear()
             await self.flush()
+            if time.monotonic() >= next_purge:
+                next_purge = time.monotonic() + PURGE_INTERVAL_S
+                await self.purge()
+
+    async def purge(self) -> int:
+        """Delete what is older than the `request_log_retention_days` setting (0 keeps all)."""
+        from gateway.snapshot import snapshots
+
+        try:
+            days = (await snapshots.get()).settings["request_log_retention_days"]
+            if not days:
+                return 0
+            cutoff = datetime.now(UTC) - timedelta(days=days)
+            removed = await asyncio.get_running_loop().run_in_executor(self._executor, _purge_and_release, cutoff)
+        except Exception:
+            logger.exception("could not purge old request log rows")
+            return 0
+        if removed:
+            logger.info("request log: deleted %d rows older than %d days", removed, days)
+        return removed
 
     async def flush(self) -> None:
         while self._pending:
