@@ -45,10 +45,20 @@ SETTINGS: dict[str, SettingSpec] = {
             "request_max_tokens_budget",
             NonNegativeInt | None,
             None,
-            "Largest estimated input + output tokens one request may ask for; null disables the guardrail.",
+            "Largest estimated input + output tokens a request may ask for; null disables it. Not enforced yet.",
         ),
-        SettingSpec("response_cache", bool, False, "Serve repeated identical requests from the response cache."),
-        SettingSpec("sticky_session_ttl_s", PositiveInt, 1800, "How long a conversation stays on its model."),
+        SettingSpec(
+            "response_cache",
+            bool,
+            False,
+            "Serve repeated identical requests from a cache. Not built yet: accepted, no effect.",
+        ),
+        SettingSpec(
+            "sticky_session_ttl_s",
+            PositiveInt,
+            1800,
+            "How long a conversation stays on its model. Not enforced yet.",
+        ),
         SettingSpec(
             "max_consecutive_upstream_fails",
             NonNegativeInt,
@@ -65,7 +75,7 @@ SETTINGS: dict[str, SettingSpec] = {
             "request_log_retention_days",
             NonNegativeInt,
             90,
-            "Delete request-log rows older than this many days; 0 keeps them forever.",
+            "Delete request-log rows older than this many days (checked hourly); 0 keeps them forever.",
         ),
     )
 }
