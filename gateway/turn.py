@@ -57,6 +57,7 @@ class TurnContext:
     requested_model: str
     client_ip: str | None = None
     user_agent: str = ""
+    reasoning_is_content: bool = True
     started: float = field(default_factory=time.monotonic)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
@@ -255,7 +256,12 @@ class Turn:
 
     async def _attempt(self, route: Route, hedge_s: float | None, started: float) -> Served:
         target = route.target
-        pump = Pump(self.ctx.request, display_name=target.model.display_name, streaming=self.ctx.request.stream)
+        pump = Pump(
+            self.ctx.request,
+            display_name=target.model.display_name,
+            streaming=self.ctx.request.stream,
+            reasoning_is_content=self.ctx.reasoning_is_content,
+        )
         adapter = adapter_for(target.provider)
         outputs = pump.run(_guarded(adapter.stream(self.ctx.request, target), target.provider.name))
         try:
@@ -421,9 +427,13 @@ async def serve_turn(
     request_id: str,
     client_ip: str | None,
     user_agent: str,
+    reasoning_is_content: bool = True,
 ) -> Served:
     """Everything between a surface's parse and its render: the key's limits, the chain for the
-    requested model, and the loop. A surface calls this and knows nothing of routing."""
+    requested model, and the loop. A surface calls this and knows nothing of routing.
+
+    `reasoning_is_content=False` is for a surface that cannot show reasoning: the turn commits on
+    text or tool calls only, and an answer that is all reasoning fails over as an empty one."""
     chain = resolve_chain(snapshot, requested_model, grant)
     await enforce(grant, shared_store())
     ctx = TurnContext(
@@ -435,5 +445,6 @@ async def serve_turn(
         requested_model=requested_model or "",
         client_ip=client_ip,
         user_agent=user_agent,
+        reasoning_is_content=reasoning_is_content,
     )
     return await Turn(ctx, chain).run()

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from gateway.http import DataPlane, Handler
 from gateway.surfaces import chat as chat_surface
+from gateway.surfaces import completions as completions_surface
 from gateway.surfaces import models as models_surface
 from gateway.surfaces.common import not_found, plain_error
 
 ROUTES: dict[str, Handler] = {
     "/v1/models": models_surface.list_models,
     "/v1/chat/completions": chat_surface.chat_completions,
+    "/v1/completions": completions_surface.completions,
 }
 
 data_plane = DataPlane(ROUTES, fallback=not_found, error_response=plain_error)

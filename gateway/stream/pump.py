@@ -48,10 +48,15 @@ _FENCED_JSON = re.compile(r"```(?:json)?\s*\n?(.*?)```", re.DOTALL)
 class Pump:
     """One attempt. Read `first_token_at`, `output_estimate` and `committed` after running it."""
 
-    def __init__(self, request: CanonicalRequest, *, display_name: str, streaming: bool) -> None:
+    def __init__(
+        self, request: CanonicalRequest, *, display_name: str, streaming: bool, reasoning_is_content: bool = True
+    ) -> None:
         self.request = request
         self.display_name = display_name
         self.streaming = streaming
+        # A surface with no channel for reasoning (legacy completions) commits on text alone,
+        # and to it a reasoning-only answer is an empty one.
+        self.reasoning_is_content = reasoning_is_content
         self.schemas = tool_schemas(request.tools)
         self.wants_tools = bool(request.tools)
         self.committed = False
@@ -100,7 +105,7 @@ class Pump:
                 return
             self._token_seen()
             self.output_estimate += estimate_tokens(event.text)
-            if not self.streaming:
+            if not self.streaming or not self.reasoning_is_content:
                 self._reasoning.append(event.text)
                 return
             self._commit(out)
@@ -146,7 +151,7 @@ class Pump:
                     )
                 calls = [*calls, *rescue.calls]
                 text = rescue.clean_text
-        reasoning = "".join(self._reasoning)
+        reasoning = "".join(self._reasoning) if self.reasoning_is_content else ""
         if not calls and not text.strip() and not self.committed and not reasoning:
             raise UpstreamFailure(
                 f"empty completion from {self.display_name} (stream produced no content and no tool calls)",

@@ -10,16 +10,14 @@ stream that could not be served is an ordinary JSON error with its HTTP status.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-from pydantic import ValidationError
 
-from gateway.errors import InvalidRequest
 from gateway.http import Request, Response, StreamingResponse, json_response
 from gateway.ids import random_hex
 from gateway.surfaces.common import data_plane_view
+from gateway.surfaces.openai_stream import MAX_STOP_SEQUENCES, parse_body, sse_body, stream_error_frame, usage_body
 from gateway.turn import Served, serve_turn
 from gateway.wire.canonical import (
     CanonicalRequest,
@@ -33,10 +31,8 @@ from gateway.wire.canonical import (
     ToolCalls,
     Usage,
 )
-from gateway.wire.openai_chat import ChatMessage, ChatRequest, describe_validation_error
+from gateway.wire.openai_chat import ChatMessage, ChatRequest
 
-MAX_STOP_SEQUENCES = 4
-DONE = b"data: [DONE]\n\n"
 _CORE_FIELDS = frozenset(
     {"messages", "model", "max_tokens", "max_completion_tokens", "stop", "stream", "tools", "tool_choice"}
     | {"response_format", "reasoning_effort", "reasoning"}
@@ -44,14 +40,7 @@ _CORE_FIELDS = frozenset(
 
 
 def parse(body: bytes) -> ChatRequest:
-    if not body.strip():
-        raise InvalidRequest("Invalid request: the body must be a JSON object with 'messages'")
-    try:
-        return ChatRequest.model_validate_json(body)
-    except ValidationError as exc:
-        if any(error["type"] == "json_invalid" for error in exc.errors()):
-            raise InvalidRequest("Invalid request: the body is not valid JSON") from exc
-        raise InvalidRequest(describe_validation_error(exc)) from exc
+    return parse_body(ChatRequest, body, required="messages")
 
 
 def _messages(messages: list[ChatMessage]) -> list[Message]:
@@ -183,40 +172,8 @@ class ChunkWriter:
             }
             return b"data: " + orjson.dumps(chunk) + b"\n\n"
         if isinstance(output, StreamFailed):
-            return b"data: " + orjson.dumps({"error": {"message": output.message, "type": "stream_error"}}) + b"\n\n"
+            return stream_error_frame(output.message)
         return b""
-
-
-def usage_body(usage: Usage) -> dict[str, Any]:
-    if usage.raw is not None:
-        return usage.raw
-    prompt, completion = usage.input_tokens or 0, usage.output_tokens or 0
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
-async def sse_body(served: Served, include_usage: bool) -> AsyncIterator[bytes]:
-    """The SSE body: each batch of outputs (what one upstream read carried) in one write.
-
-    The pump ends a turn with a batch whose last output is Finish or Usage, or with StreamFailed.
-    The finish frames go out with `[DONE]` once the turn has ended (and booked itself), so a
-    client that hangs up on `[DONE]` cannot turn a delivered answer into a canceled one."""
-    writer = ChunkWriter(served.model_id, include_usage)
-    render = writer.render
-    final = b""
-    try:
-        async for batch in served.outputs:
-            data = b"".join([render(output) for output in batch])
-            last = batch[-1]
-            if isinstance(last, StreamFailed):
-                yield data + DONE
-                return
-            if isinstance(last, Finish | Usage):
-                final = data
-            elif data:
-                yield data
-        yield final + DONE
-    finally:
-        await served.close()
 
 
 async def completion_body(served: Served) -> dict[str, Any]:
@@ -283,7 +240,10 @@ async def chat_completions(request: Request) -> Response | StreamingResponse:
     if canonical_request.stream:
         include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
         return StreamingResponse(
-            status=200, chunks=sse_body(served, include_usage), headers=served.headers, on_close=served.close
+            status=200,
+            chunks=sse_body(served, ChunkWriter(served.model_id, include_usage).render),
+            headers=served.headers,
+            on_close=served.close,
         )
     try:
         body = await completion_body(served)
