@@ -33,6 +33,7 @@ from gateway.models import (
     RequestLog,
     Setting,
 )
+from gateway.settings_registry import SETTINGS
 from gateway.snapshot import load_snapshot
 
 pytestmark = pytest.mark.timeout(30)
@@ -439,7 +440,7 @@ def test_setting_list_shows_default_and_meaning(admin_client: Client, db: None) 
 
     html = admin_client.get(url("setting", "changelist")).content.decode()
 
-    assert "Serve repeated identical requests from the response cache." in html
+    assert SETTINGS["response_cache"].doc in html
     assert "false" in html
 
 
