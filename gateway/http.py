@@ -164,9 +164,8 @@ class DataPlane:
         )
         if body is None:
             limit_mb = MAX_BODY_BYTES // (1024 * 1024)
-            await self._send(
-                self.error_response(request, 413, f"Request body too large for the {limit_mb} MB limit."), send, request
-            )
+            message = f"Request body too large for the {limit_mb} MB limit."
+            await self._send(self._error(self.route(request.path), request, 413, message), send, request)
             return
         handler = self.route(request.path)
         work = asyncio.ensure_future(self._respond(handler, request, send))
@@ -181,6 +180,12 @@ class DataPlane:
                 await work
             with contextlib.suppress(asyncio.CancelledError):
                 await watch
+
+    def _error(self, handler: Handler, request: Request, status: int, message: str) -> Response:
+        """An error of the HTTP layer itself, in the shape of the surface the path belongs to
+        (a handler may carry its own `plain_error`), else in the default shape."""
+        render = getattr(handler, "plain_error", None) or self.error_response
+        return render(request, status, message)
 
     def route(self, path: str) -> Handler:
         handler = self.routes.get(path)
@@ -224,7 +229,7 @@ class DataPlane:
             raise
         except Exception:
             logger.exception("unexpected error serving %s %s", request.method, request.path)
-            response = self.error_response(request, 500, "The gateway hit an internal error; see its log.")
+            response = self._error(handler, request, 500, "The gateway hit an internal error; see its log.")
         await self._send(response, send, request)
 
     async def _send(self, response: Response | StreamingResponse, send: Send, request: Request) -> None:

@@ -428,12 +428,15 @@ async def serve_turn(
     client_ip: str | None,
     user_agent: str,
     reasoning_is_content: bool = True,
+    requested_label: str | None = None,
 ) -> Served:
     """Everything between a surface's parse and its render: the key's limits, the chain for the
     requested model, and the loop. A surface calls this and knows nothing of routing.
 
     `reasoning_is_content=False` is for a surface that cannot show reasoning: the turn commits on
-    text or tool calls only, and an answer that is all reasoning fails over as an empty one."""
+    text or tool calls only, and an answer that is all reasoning fails over as an empty one.
+    `requested_label` is what the request log shows as the requested model when the surface
+    routes on something else (Claude Code's `claude-opus-…` ids route as `auto`)."""
     chain = resolve_chain(snapshot, requested_model, grant)
     await enforce(grant, shared_store())
     ctx = TurnContext(
@@ -442,7 +445,7 @@ async def serve_turn(
         snapshot=snapshot,
         grant=grant,
         request=request,
-        requested_model=requested_model or "",
+        requested_model=(requested_label if requested_label is not None else requested_model) or "",
         client_ip=client_ip,
         user_agent=user_agent,
         reasoning_is_content=reasoning_is_content,

@@ -4,6 +4,7 @@ Any other /v1 or /v1beta path answers 404 in the OpenAI error shape."""
 from __future__ import annotations
 
 from gateway.http import DataPlane, Handler
+from gateway.surfaces import anthropic as anthropic_surface
 from gateway.surfaces import chat as chat_surface
 from gateway.surfaces import completions as completions_surface
 from gateway.surfaces import models as models_surface
@@ -12,6 +13,8 @@ from gateway.surfaces.common import not_found, plain_error
 ROUTES: dict[str, Handler] = {
     "/v1/models": models_surface.list_models,
     "/v1/chat/completions": chat_surface.chat_completions,
+    "/v1/messages": anthropic_surface.messages,
+    "/v1/messages/count_tokens": anthropic_surface.count_tokens,
     "/v1/completions": completions_surface.completions,
 }
 

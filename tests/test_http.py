@@ -40,6 +40,23 @@ def test_a_body_over_the_limit_is_a_json_413(live_gateway, gateway_key):
     assert response.headers["x-request-id"]
 
 
+def test_a_body_over_the_limit_on_the_anthropic_surface_is_in_its_shape(live_gateway, gateway_key):
+    _, token = gateway_key
+    body = b"x" * (25 * 1024 * 1024 + 1)
+
+    response = httpx.post(f"{live_gateway.url}/v1/messages", headers={"x-api-key": token}, content=body, timeout=30)
+
+    assert response.status_code == 413
+    assert response.json() == {
+        "type": "error",
+        "error": {
+            "type": "request_too_large",
+            "message": "Request body too large for the 25 MB limit.",
+            "code": "request_too_large",
+        },
+    }
+
+
 def test_json_responses_carry_their_length(live_gateway, gateway_key):
     _, token = gateway_key
 

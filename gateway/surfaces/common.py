@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway.auth import authenticate
-from gateway.errors import GatewayError, MethodNotAllowed, NotFound
+from gateway.errors import GatewayError, MethodNotAllowed, NotFound, TurnFailed
 from gateway.http import Handler, Request, Response, StreamingResponse, json_response
 from gateway.snapshot import snapshots
 
@@ -48,6 +48,11 @@ def data_plane_view(
             except GatewayError as error:
                 return render_error(error)
 
+        def plain(request: Request, status: int, message: str) -> Response:
+            # The HTTP layer's own errors (body too large, an unexpected exception) on this route.
+            return render_error(_plain_gateway_error(status, message))
+
+        handler.plain_error = plain  # type: ignore[attr-defined]
         return handler
 
     return decorate
@@ -57,10 +62,12 @@ async def not_found(request: Request) -> Response:
     return openai_error(NotFound(f"Invalid URL ({request.method} {request.path})", code="unknown_url"))
 
 
-def plain_error(request: Request, status: int, message: str) -> Response:
-    """Errors raised by the HTTP layer itself (body too large, an unexpected exception)."""
+def _plain_gateway_error(status: int, message: str) -> GatewayError:
     error_type = "invalid_request_error" if status < 500 else "server_error"
-    body: dict[str, Any] = {"message": message, "type": error_type}
-    if status == 413:
-        body["code"] = "request_too_large"
-    return json_response({"error": body}, status=status)
+    return TurnFailed(message, status=status, type=error_type, code="request_too_large" if status == 413 else None)
+
+
+def plain_error(request: Request, status: int, message: str) -> Response:
+    """Errors raised by the HTTP layer itself (body too large, an unexpected exception) on a path
+    no surface claims: the OpenAI shape."""
+    return openai_error(_plain_gateway_error(status, message))
