@@ -45,7 +45,7 @@ SETTINGS: dict[str, SettingSpec] = {
             "request_max_tokens_budget",
             NonNegativeInt | None,
             None,
-            "Largest estimated input + output tokens a request may ask for; null disables it. Not enforced yet.",
+            "Largest estimated input + output tokens a request may ask for (413 over it); null or 0 disables it.",
         ),
         SettingSpec(
             "response_cache",

@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 from gateway.errors import TurnFailed, UpstreamFailure
 from gateway.limits import enforce, month_key
 from gateway.logwriter import AttemptRecord, RequestRecord, log_writer
+from gateway.pipeline import estimate
+from gateway.pipeline.run import Job, prepare
 from gateway.providers.pool import adapter_for
 from gateway.routing import exhaustion, revalidate
 from gateway.routing.bookkeeping import Bookkeeper
@@ -31,7 +33,7 @@ from gateway.routing.state import shared_store
 from gateway.routing.trail import KeyOrdinals, TrailEntry, detail_header, header_trail
 from gateway.snapshot import KeyGrant, Snapshot
 from gateway.stream.pump import Pump
-from gateway.wire.canonical import Batch, CanonicalRequest, OutputBatch, StreamFailed, estimate_tokens
+from gateway.wire.canonical import Batch, CanonicalRequest, OutputBatch, StreamFailed
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +60,7 @@ class TurnContext:
     client_ip: str | None = None
     user_agent: str = ""
     reasoning_is_content: bool = True
+    input_tokens: int | None = None  # the pipeline's routing estimate; computed here when absent
     started: float = field(default_factory=time.monotonic)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
@@ -81,7 +84,8 @@ class Served:
 
 
 def input_estimate(request: CanonicalRequest) -> int:
-    return sum(estimate_tokens(message.text()) for message in request.messages)
+    """The text-only input estimate a surface reports as usage when the upstream gives none."""
+    return estimate.text_tokens(request)
 
 
 class Turn:
@@ -109,9 +113,8 @@ class Turn:
             client_ip=ctx.client_ip,
             user_agent=ctx.user_agent,
         )
-        self.estimate_in = input_estimate(ctx.request)
-        reserve = min(ctx.request.max_tokens if (ctx.request.max_tokens or 0) > 0 else 1000, 2000)
-        self.estimate_total = self.estimate_in + reserve
+        self.estimate_in = ctx.input_tokens if ctx.input_tokens is not None else estimate.input_tokens(ctx.request)
+        self.estimate_total = self.estimate_in + estimate.output_reserve(ctx.request)
 
     def _ms(self, since: float | None = None) -> int:
         return int(((time.monotonic()) - (since if since is not None else self.ctx.started)) * 1000)
@@ -439,15 +442,17 @@ async def serve_turn(
     routes on something else (Claude Code's `claude-opus-…` ids route as `auto`)."""
     chain = resolve_chain(snapshot, requested_model, grant)
     await enforce(grant, shared_store())
+    job = await prepare(Job(request=request, chain=chain, snapshot=snapshot, grant=grant))
     ctx = TurnContext(
         request_id=request_id,
         surface=surface,
         snapshot=snapshot,
         grant=grant,
-        request=request,
+        request=job.request,
+        input_tokens=job.input_tokens,
         requested_model=(requested_label if requested_label is not None else requested_model) or "",
         client_ip=client_ip,
         user_agent=user_agent,
         reasoning_is_content=reasoning_is_content,
     )
-    return await Turn(ctx, chain).run()
+    return await Turn(ctx, job.chain).run()

@@ -477,6 +477,8 @@ def test_images_become_image_url_parts(fake_catalog, claude):
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
         {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.jpg"}},
     ]
+    CatalogModel.objects.filter(public_id="m").update(supports_vision=True)
+    services.config_changed()
 
     claude.messages.create(model="m", max_tokens=64, messages=[{"role": "user", "content": content}])
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from gateway.errors import Forbidden, InvalidRequest, NotFound
 from gateway.providers.base import UpstreamTarget, has_adapter
 from gateway.routing.state import StateStore
-from gateway.snapshot import KeyGrant, ModelInfo, ProviderInfo, Snapshot, UpstreamKey
+from gateway.snapshot import KeyGrant, ModelInfo, ProfileInfo, ProviderInfo, Snapshot, UpstreamKey
 
 LEASE_TTL_S = 120.0
 WINDOWS = (("rpm", "req", 60.0), ("rpd", "req", 86_400.0), ("tpm", "tok", 60.0), ("tpd", "tok", 86_400.0))
@@ -32,6 +32,7 @@ class Chain:
     label: str
     candidates: tuple[Candidate, ...]
     pinned: bool
+    profile: ProfileInfo | None = None  # the profile an auto chain came from; None for a model id
 
 
 @dataclass(slots=True)
@@ -85,7 +86,7 @@ def resolve_chain(snapshot: Snapshot, requested: str | None, grant: KeyGrant) ->
             raise InvalidRequest(
                 f"Profile '{profile.name}' has no enabled models. Add models to this profile in the admin."
             )
-        return Chain(label=f"auto:{profile.name}", candidates=_unique(candidates), pinned=False)
+        return Chain(label=f"auto:{profile.name}", candidates=_unique(candidates), pinned=False, profile=profile)
     provider_pin, model_id = "", name
     head, colon, tail = name.partition(":")
     if colon and head in snapshot.providers:

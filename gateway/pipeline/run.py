@@ -1,0 +1,76 @@
+"""The request pipeline's runner: every stage between a surface's parse and the fallback loop, in
+one ordered list, for every surface.
+
+It protects the order of spec pipeline.md §1, which is observable (which error wins, what the
+estimate counts): enforced system prompts, inline image downscale, the token estimate, the
+capability gates (which also narrow the chain), then the token-budget guardrail. A stage takes
+the Job and returns it changed, or raises a GatewayError the surface renders in its own shape.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+
+from gateway.pipeline import budget, capabilities, estimate, images, system_prompts
+from gateway.routing.router import Chain
+from gateway.snapshot import KeyGrant, Snapshot
+from gateway.wire.canonical import CanonicalRequest
+
+IMAGE_CONFIG = images.ImageConfig.from_env(os.environ)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One request on its way to the loop: what it asks, where it may go, and its estimate."""
+
+    request: CanonicalRequest
+    chain: Chain
+    snapshot: Snapshot
+    grant: KeyGrant
+    input_tokens: int = 0  # routing estimate of the input, set by the estimate stage
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + estimate.output_reserve(self.request)
+
+
+Stage = Callable[[Job], Awaitable[Job]]
+
+
+async def enforced_prompts(job: Job) -> Job:
+    profile_prompt = job.chain.profile.system_prompt if job.chain.profile is not None else ""
+    request = system_prompts.with_system_prompts(
+        job.request, profile_prompt=profile_prompt, key_prompt=job.grant.system_prompt
+    )
+    return job if request is job.request else replace(job, request=request)
+
+
+async def downscaled_images(job: Job) -> Job:
+    request = await images.downscale_images(job.request, IMAGE_CONFIG)
+    return job if request is job.request else replace(job, request=request)
+
+
+async def estimated(job: Job) -> Job:
+    return replace(job, input_tokens=estimate.input_tokens(job.request))
+
+
+async def capable(job: Job) -> Job:
+    chain = capabilities.capable_chain(job.chain, job.request, estimate=job.total_tokens)
+    return job if chain is job.chain else replace(job, chain=chain)
+
+
+async def budgeted(job: Job) -> Job:
+    limit = job.snapshot.settings["request_max_tokens_budget"]
+    request = budget.within_budget(job.request, budget=limit, input_tokens=job.input_tokens)
+    return job if request is job.request else replace(job, request=request)
+
+
+STAGES: tuple[Stage, ...] = (enforced_prompts, downscaled_images, estimated, capable, budgeted)
+
+
+async def prepare(job: Job) -> Job:
+    for stage in STAGES:
+        job = await stage(job)
+    return job
