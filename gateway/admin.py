@@ -36,6 +36,7 @@ from gateway.models import (
     ProviderKey,
     RequestLog,
     Setting,
+    StoredResponse,
 )
 from gateway.settings_registry import SETTINGS
 
@@ -456,3 +457,33 @@ class RequestLogAdmin(admin.ModelAdmin):
     @admin.display(description="tokens in/out")
     def tokens(self, obj: RequestLog) -> str:
         return f"{obj.input_tokens}/{obj.output_tokens}"
+
+
+# Stored /v1/responses answers
+
+
+@admin.register(StoredResponse)
+class StoredResponseAdmin(admin.ModelAdmin):
+    """What is kept for `previous_response_id`, per key, and until when. Read-only, and without
+    the conversations themselves: they are the team members' prompts and answers, readable
+    through the API by the key that made them, not an operator's business."""
+
+    list_display = ["id", "gateway_key", "model", "status", "created_at", "expires_at"]
+    list_filter = ["gateway_key"]
+    list_select_related = ["gateway_key"]
+    search_fields = ["id"]
+    fields = ["id", "gateway_key", "model", "status", "created_at", "expires_at"]
+    readonly_fields = fields
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+        term = search_term.strip()
+        return (queryset.filter(id=term) if term else queryset), False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False

@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 FLUSH_INTERVAL_S = 1.0
 BATCH_SIZE = 200
 MAX_QUEUE = 100_000
-PURGE_INTERVAL_S = 3600.0  # how often rows past `request_log_retention_days` are deleted
+PURGE_INTERVAL_S = 3600.0  # how often old request-log rows and expired stored responses are deleted
 PURGE_BATCH = 1000
 
 
@@ -189,11 +189,15 @@ def purge_before(cutoff: datetime) -> int:
         removed += len(ids)
 
 
-def _purge_and_release(cutoff: datetime) -> int:
+def _purge_and_release(cutoff: datetime | None) -> tuple[int, int]:
+    """The hourly clean-up on the writer's thread: request-log rows before `cutoff` (None keeps
+    them all) and stored /v1/responses answers past their own expiry."""
     from django.db import connections
 
+    from gateway import services
+
     try:
-        return purge_before(cutoff)
+        return (purge_before(cutoff) if cutoff is not None else 0), services.stored_responses_purge()
     except Exception:
         connections.close_all()
         raise
@@ -256,20 +260,22 @@ class LogWriter:
                 await self.purge()
 
     async def purge(self) -> int:
-        """Delete what is older than the `request_log_retention_days` setting (0 keeps all)."""
+        """Delete request-log rows older than the `request_log_retention_days` setting (0 keeps
+        them) and expired stored responses; returns how many request-log rows went."""
         from gateway.snapshot import snapshots
 
         try:
             days = (await snapshots.get()).settings["request_log_retention_days"]
-            if not days:
-                return 0
-            cutoff = datetime.now(UTC) - timedelta(days=days)
-            removed = await asyncio.get_running_loop().run_in_executor(self._executor, _purge_and_release, cutoff)
+            cutoff = datetime.now(UTC) - timedelta(days=days) if days else None
+            loop = asyncio.get_running_loop()
+            removed, responses = await loop.run_in_executor(self._executor, _purge_and_release, cutoff)
         except Exception:
-            logger.exception("could not purge old request log rows")
+            logger.exception("could not purge old request log rows and stored responses")
             return 0
         if removed:
             logger.info("request log: deleted %d rows older than %d days", removed, days)
+        if responses:
+            logger.info("stored responses: deleted %d past their retention", responses)
         return removed
 
     async def flush(self) -> None:

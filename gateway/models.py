@@ -1,5 +1,5 @@
 """The gateway's durable state: providers and their keys, the model catalog, routing profiles,
-team gateway keys, runtime settings, and the request log.
+team gateway keys, runtime settings, the request log, and stored /v1/responses answers.
 
 Rows here are configuration and history; the data plane never reads them per request. It works
 from an in-memory snapshot (gateway/snapshot.py) rebuilt when `ConfigState.generation` moves,
@@ -277,3 +277,32 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.ordinal} {self.provider}/{self.model}: {self.outcome}"
+
+
+class StoredResponse(models.Model):
+    """A /v1/responses answer kept so `previous_response_id` can continue it and GET can return it.
+
+    It belongs to the gateway key that created it: no other key can read, continue or delete it.
+    `conversation` is the whole conversation so far in canonical messages (every earlier turn,
+    this turn's input, this turn's answer), without the request's `instructions`, which OpenAI
+    does not carry over to a continuation. `body` is the Response object as it was returned.
+    A row past `expires_at` is treated as absent and deleted by `manage.py purgeresponses`.
+    Unlike the configuration, it is read per request, but only when a client names it
+    (`previous_response_id`, GET, DELETE), and off the event loop.
+    """
+
+    id = models.CharField(max_length=64, primary_key=True)
+    gateway_key = models.ForeignKey(GatewayKey, on_delete=models.CASCADE, related_name="stored_responses")
+    model = models.CharField(max_length=255)
+    status = models.CharField(max_length=16)
+    conversation = models.JSONField(default=list)
+    body = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: kept until deleted.")
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["expires_at"], name="storedresponse_expires")]
+
+    def __str__(self) -> str:
+        return self.id

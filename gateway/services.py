@@ -9,16 +9,26 @@ rebuild its snapshot. Keeping that here, not in save() or signals, means no writ
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from gateway import crypto, tokens
-from gateway.models import ConfigState, GatewayKey, KeyStatus, Profile, Provider, ProviderKey, Setting
+from gateway.models import (
+    ConfigState,
+    GatewayKey,
+    KeyStatus,
+    Profile,
+    Provider,
+    ProviderKey,
+    Setting,
+    StoredResponse,
+)
 from gateway.routing.redact import redact
 from gateway.settings_registry import validate_setting
 
@@ -178,3 +188,49 @@ def user_ensure(*, username: str) -> AbstractBaseUser:
         user.set_unusable_password()
         user.save()
     return user
+
+
+def stored_response_create(
+    *,
+    response_id: str,
+    gateway_key_id: int,
+    model: str,
+    status: str,
+    conversation: list[dict[str, Any]],
+    body: dict[str, Any],
+    retention_days: int,
+) -> StoredResponse:
+    """Keep a /v1/responses answer for its key; `retention_days` 0 keeps it until deleted."""
+    now = timezone.now()
+    return StoredResponse.objects.create(
+        id=response_id,
+        gateway_key_id=gateway_key_id,
+        model=model,
+        status=status,
+        conversation=conversation,
+        body=body,
+        created_at=now,
+        expires_at=now + timedelta(days=retention_days) if retention_days else None,
+    )
+
+
+def _live_responses(gateway_key_id: int, now: datetime) -> QuerySet[StoredResponse]:
+    live = Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+    return StoredResponse.objects.filter(live, gateway_key_id=gateway_key_id)
+
+
+def stored_response_find(*, response_id: str, gateway_key_id: int) -> StoredResponse | None:
+    """The key's stored response of that id, or None when it is absent, another key's, or expired."""
+    return _live_responses(gateway_key_id, timezone.now()).filter(id=response_id).first()
+
+
+def stored_response_delete(*, response_id: str, gateway_key_id: int) -> bool:
+    """Delete the key's stored response; False when there was none to delete (as `find` sees it)."""
+    deleted, _ = _live_responses(gateway_key_id, timezone.now()).filter(id=response_id).delete()
+    return bool(deleted)
+
+
+def stored_responses_purge(*, now: datetime | None = None) -> int:
+    """Delete every stored response past its expiry; the number deleted."""
+    deleted, _ = StoredResponse.objects.filter(expires_at__lte=now or timezone.now()).delete()
+    return deleted

@@ -77,6 +77,12 @@ SETTINGS: dict[str, SettingSpec] = {
             90,
             "Delete request-log rows older than this many days (checked hourly); 0 keeps them forever.",
         ),
+        SettingSpec(
+            "responses_retention_days",
+            NonNegativeInt,
+            30,
+            "Days a stored /v1/responses answer stays retrievable and continuable; 0 keeps them forever.",
+        ),
     )
 }
 

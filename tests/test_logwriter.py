@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from gateway import logwriter, services
 from gateway.logwriter import log_writer
-from gateway.models import Attempt, RequestLog
+from gateway.models import Attempt, RequestLog, StoredResponse
 
 
 def _rows(ages_in_days: list[int]) -> None:
@@ -62,3 +62,24 @@ async def test_the_default_retention_is_ninety_days():
 
     assert await log_writer.purge() == 1
     assert (await sync_to_async(_remaining)())[0] == ["req-089-1"]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_hourly_purge_also_deletes_expired_stored_responses(gateway_key):
+    key, _ = gateway_key
+    now = timezone.now()
+
+    def store() -> None:
+        for name, expires in (
+            ("resp_old", now - datetime.timedelta(minutes=1)),
+            ("resp_new", now + datetime.timedelta(days=1)),
+            ("resp_kept", None),
+        ):
+            StoredResponse.objects.create(id=name, gateway_key=key, model="m", status="completed", expires_at=expires)
+
+    await sync_to_async(store)()
+
+    await log_writer.purge()
+
+    remaining = await sync_to_async(lambda: sorted(StoredResponse.objects.values_list("id", flat=True)))()
+    assert remaining == ["resp_kept", "resp_new"]
