@@ -3,6 +3,7 @@ gateway whose providers are a fake OpenAI-compatible upstream on loopback."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import httpx
@@ -15,6 +16,7 @@ from gateway import services
 from gateway.models import Attempt, CatalogModel, ChainEntry, Profile, Provider, RequestLog
 from tests.conftest import wait_for_log
 from tests.fakes.upstream import Reply
+from tests.transcripts import GOLDEN, assert_golden
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -401,3 +403,47 @@ def test_frames_from_separate_upstream_reads_reach_the_client_as_they_come(fake_
                     arrivals[word] = time.monotonic() - started
 
     assert arrivals["two"] - arrivals["one"] >= 0.4
+
+
+# --- golden transcripts --------------------------------------------------------------------------------------------
+
+GOLDEN_DIR = GOLDEN / "chat"
+_VOLATILE = (
+    (re.compile(rb'"id":"chatcmpl-[^"]*"'), b'"id":"chatcmpl-<id>"'),
+    (re.compile(rb'"created":\d+'), b'"created":<created>'),
+)
+GOLDEN_USAGE = {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}
+
+
+def normalised(body: bytes) -> bytes:
+    """Only the upstream's completion id and timestamps vary per run; everything else is exact."""
+    for pattern, replacement in _VOLATILE:
+        body = pattern.sub(replacement, body)
+    return body
+
+
+@pytest.mark.parametrize(
+    ("name", "reply", "extra"),
+    [
+        ("text.sse", lambda: Reply.chat_stream(["Hel", "lo!"], usage=GOLDEN_USAGE), {}),
+        (
+            "text_with_usage.sse",
+            lambda: Reply.chat_stream(["Hel", "lo!"], usage=GOLDEN_USAGE),
+            {"stream_options": {"include_usage": True}},
+        ),
+        (
+            "tool_call.sse",
+            lambda: Reply.tool_call_stream(("lookup", {"city": "Paris"}), usage=GOLDEN_USAGE),
+            {"tools": [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]},
+        ),
+        ("post_commit_error.sse", lambda: Reply.chat_stream(["Half an ans", "wer"], close_after=2), {}),
+    ],
+    ids=["text", "text-with-usage", "tool-call", "post-commit-error"],
+)
+def test_a_stream_is_exactly_the_golden_transcript(fake_catalog, raw, name, reply, extra):
+    fake_catalog.enqueue(reply(), model="m-up1")
+
+    response = raw.post("/v1/chat/completions", json={"model": "m", "messages": MESSAGES, "stream": True, **extra})
+
+    assert response.status_code == 200
+    assert_golden(GOLDEN_DIR / name, response.content, normalised)

@@ -8,10 +8,8 @@ Everything else must match byte for byte. Regenerate them with UPDATE_GOLDEN=1 (
 
 from __future__ import annotations
 
-import os
 import re
 import time
-from pathlib import Path
 
 import httpx
 import openai
@@ -23,10 +21,11 @@ from gateway.models import CatalogModel, ChainEntry, Profile, Provider
 from gateway.surfaces.completions import AUTOCOMPLETE_SYSTEM_PROMPT
 from tests.conftest import wait_for_log
 from tests.fakes.upstream import Reply
+from tests.transcripts import GOLDEN, assert_golden
 
 pytestmark = pytest.mark.timeout(30)
 
-GOLDEN_DIR = Path(__file__).parent / "golden" / "completions"
+GOLDEN_DIR = GOLDEN / "completions"
 _RANDOM_PARTS = (
     (re.compile(rb'"id":"cmpl-[^"]*"'), b'"id":"cmpl-<id>"'),
     (re.compile(rb'"created":\d+'), b'"created":<created>'),
@@ -51,17 +50,6 @@ def normalised(body: bytes) -> bytes:
     for pattern, replacement in _RANDOM_PARTS:
         body = pattern.sub(replacement, body)
     return body
-
-
-def assert_golden(name: str, body: bytes) -> None:
-    """The normalised body equals tests/golden/completions/<name>, byte for byte."""
-    path = GOLDEN_DIR / name
-    actual = normalised(body)
-    if os.environ.get("UPDATE_GOLDEN") == "1":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(actual)
-    assert path.exists(), f"missing golden transcript {path}; run with UPDATE_GOLDEN=1 to create it"
-    assert actual == path.read_bytes()
 
 
 def sse_frames(body: bytes) -> list[bytes]:
@@ -296,7 +284,7 @@ def test_a_role_only_upstream_chunk_produces_no_frame(fake_catalog, raw):
     assert frames[-1] == b"[DONE]"
     choices = [orjson.loads(frame)["choices"][0] for frame in frames[:-1]]
     assert [(c["text"], c["finish_reason"]) for c in choices] == [("Hel", None), ("lo", None), ("", "stop")]
-    assert_golden("plain_stream.sse", response.content)
+    assert_golden(GOLDEN_DIR / "plain_stream.sse", response.content, normalised)
 
 
 def test_usage_follows_the_finish_only_when_the_client_asked(fake_catalog, raw):
@@ -308,7 +296,7 @@ def test_usage_follows_the_finish_only_when_the_client_asked(fake_catalog, raw):
     usage_frame = orjson.loads(sse_frames(response.content)[-2])
     assert usage_frame["choices"] == []
     assert usage_frame["usage"] == USAGE
-    assert_golden("usage_stream.sse", response.content)
+    assert_golden(GOLDEN_DIR / "usage_stream.sse", response.content, normalised)
 
 
 def test_an_error_after_commit_is_one_stream_error_frame_then_done(fake_catalog, raw):
@@ -324,7 +312,7 @@ def test_an_error_after_commit_is_one_stream_error_frame_then_done(fake_catalog,
     assert error["message"].startswith("Provider error (M): ")
     assert b'"finish_reason":"stop"' not in response.content
     assert len(fake_catalog.requests) == 1
-    assert_golden("post_commit_error.sse", response.content)
+    assert_golden(GOLDEN_DIR / "post_commit_error.sse", response.content, normalised)
     row = wait_for_log(status="error", surface="completions")
     assert list(row.attempts.values_list("outcome", flat=True)) == ["committed"]
 

@@ -10,10 +10,8 @@ missing golden file fails the test).
 
 from __future__ import annotations
 
-import os
 import re
 import time
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -25,10 +23,11 @@ from gateway import services
 from gateway.models import CatalogModel, ChainEntry, Profile, Provider
 from tests.conftest import wait_for_log
 from tests.fakes.upstream import Reply
+from tests.transcripts import GOLDEN, assert_golden
 
 pytestmark = pytest.mark.timeout(30)
 
-GOLDEN = Path(__file__).parent / "golden" / "messages"
+GOLDEN_DIR = GOLDEN / "messages"
 MESSAGES = [{"role": "user", "content": "Say hello"}]
 WEATHER_TOOL = {
     "name": "get_weather",
@@ -106,15 +105,6 @@ def normalised(body: bytes) -> bytes:
     return re.sub(rb"toolu_[0-9A-Za-z_]+", b"toolu_NORMALISED", body)
 
 
-def assert_golden(name: str, body: bytes) -> None:
-    path = GOLDEN / f"{name}.sse"
-    if os.environ.get("UPDATE_GOLDEN") == "1":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(normalised(body))
-    assert path.exists(), f"golden transcript {path} is missing; run with UPDATE_GOLDEN=1 to create it"
-    assert normalised(body) == path.read_bytes()
-
-
 def sent(fake) -> dict[str, Any]:
     """The JSON body of the last request the fake upstream received."""
     return fake.requests[-1].json
@@ -168,7 +158,7 @@ def test_a_stream_is_exactly_the_golden_transcript(fake_catalog, http, name):
     assert response.status_code == 200
     assert response.headers["content-type"] == "text/event-stream"
     events(response.content)
-    assert_golden(name, response.content)
+    assert_golden(GOLDEN_DIR / f"{name}.sse", response.content, normalised)
 
 
 def test_the_golden_text_stream_has_the_anthropic_event_sequence(fake_catalog, http):
@@ -213,7 +203,7 @@ def test_an_upstream_failing_before_its_first_payload_is_invisible(fake_catalog,
     response = http.post("/v1/messages", json={"model": "m", "max_tokens": 64, "messages": MESSAGES, "stream": True})
 
     assert response.status_code == 200
-    assert normalised(response.content) == (GOLDEN / "text.sse").read_bytes()
+    assert normalised(response.content) == (GOLDEN_DIR / "text.sse").read_bytes()
     assert response.headers["x-routed-via"] == "up2/m-up2"
     assert response.headers["x-fallback-attempts"] == "1"
     assert response.headers["x-fallback-trail"].startswith("up1/m key1=")

@@ -13,11 +13,9 @@ UPDATE_GOLDEN=1 (and read the diff).
 from __future__ import annotations
 
 import io
-import os
 import re
 import time
 from datetime import timedelta
-from pathlib import Path
 
 import httpx
 import openai
@@ -30,10 +28,11 @@ from gateway import services
 from gateway.models import CatalogModel, ChainEntry, Profile, Provider, StoredResponse
 from tests.conftest import wait_for_log
 from tests.fakes.upstream import Reply
+from tests.transcripts import GOLDEN, assert_golden
 
 pytestmark = pytest.mark.timeout(30)
 
-GOLDEN_DIR = Path(__file__).parent / "golden" / "responses"
+GOLDEN_DIR = GOLDEN / "responses"
 _MINTED_ID = re.compile(rb"\b(resp|msg|rs|fc)_[0-9a-f]{32}\b")
 _TIMESTAMP = re.compile(rb'"(created_at|completed_at)":\d+')
 USAGE = {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}
@@ -74,17 +73,6 @@ def normalised(body: bytes) -> bytes:
         return names[minted]
 
     return _TIMESTAMP.sub(rb'"\1":0', _MINTED_ID.sub(name, body))
-
-
-def assert_golden(name: str, body: bytes) -> None:
-    """The normalised body equals tests/golden/responses/<name>, byte for byte."""
-    path = GOLDEN_DIR / name
-    actual = normalised(body)
-    if os.environ.get("UPDATE_GOLDEN") == "1":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(actual)
-    assert path.exists(), f"missing golden transcript {path}; run with UPDATE_GOLDEN=1 to create it"
-    assert actual == path.read_bytes()
 
 
 def sse_events(body: bytes) -> list[tuple[str, dict]]:
@@ -775,4 +763,4 @@ def test_golden_transcripts(fake_catalog, raw, name, reply, extra):
     response = raw.post("/v1/responses", json={"model": "m", "input": "Hi", "stream": True, **extra})
 
     assert response.status_code == 200
-    assert_golden(name, response.content)
+    assert_golden(GOLDEN_DIR / name, response.content, normalised)

@@ -1,0 +1,23 @@
+"""Golden transcripts: whole response bodies kept under tests/golden/<surface>/, compared byte for
+byte after the test's own normalisation of what is random per run (ids, timestamps).
+
+A missing file fails the test; UPDATE_GOLDEN=1 rewrites the files (and the diff is then read like
+any other change), never implicitly.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def assert_golden(path: Path, body: bytes, normalise: Callable[[bytes], bytes]) -> None:
+    actual = normalise(body)
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(actual)
+    assert path.exists(), f"missing golden transcript {path}; run with UPDATE_GOLDEN=1 to create it"
+    assert actual == path.read_bytes()
