@@ -35,6 +35,8 @@ HOST = env.str("HOST", default="127.0.0.1")
 PORT = env.int("PORT", default=8000)
 FREELLM_CONFIG = env.str("FREELLM_CONFIG", default="")
 REDIS_URL = env.str("REDIS_URL", default="")
+# `on_model_switch`: tell a model taking over a conversation so (gateway/pipeline/sticky.py).
+FREELLM_CONTEXT_HANDOFF = env.str("FREELLM_CONTEXT_HANDOFF", default="")
 
 INSTALLED_APPS = [
     # daphne first: it provides `manage.py runserver` as an ASGI server.

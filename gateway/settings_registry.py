@@ -57,7 +57,7 @@ SETTINGS: dict[str, SettingSpec] = {
             "sticky_session_ttl_s",
             PositiveInt,
             1800,
-            "How long a conversation stays on its model. Not enforced yet.",
+            "Seconds a conversation stays on the model that last answered it (counted from that answer).",
         ),
         SettingSpec(
             "max_consecutive_upstream_fails",

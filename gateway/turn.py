@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from gateway.errors import TurnFailed, UpstreamFailure
 from gateway.limits import enforce, month_key
 from gateway.logwriter import AttemptRecord, RequestRecord, log_writer
-from gateway.pipeline import estimate
+from gateway.pipeline import estimate, sticky
 from gateway.pipeline.run import Job, prepare
 from gateway.providers.pool import adapter_for
 from gateway.routing import exhaustion, revalidate
@@ -61,6 +61,7 @@ class TurnContext:
     user_agent: str = ""
     reasoning_is_content: bool = True
     input_tokens: int | None = None  # the pipeline's routing estimate; computed here when absent
+    session: sticky.Session | None = None  # its sticky session, when it has one
     started: float = field(default_factory=time.monotonic)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
@@ -266,7 +267,8 @@ class Turn:
             reasoning_is_content=self.ctx.reasoning_is_content,
         )
         adapter = adapter_for(target.provider)
-        outputs = pump.run(_guarded(adapter.stream(self.ctx.request, target), target.provider.name))
+        outbound = sticky.outbound(self.ctx.request, self.ctx.session, target)  # + the handoff note, if due
+        outputs = pump.run(_guarded(adapter.stream(outbound, target), target.provider.name))
         try:
             try:
                 async with asyncio.timeout(hedge_s):
@@ -358,11 +360,12 @@ class Turn:
 
     async def _after(self, route: Route, *, tokens: int, served_tokens: int | None) -> None:
         """The shared-state bookkeeping of a committed turn, behind the response: the gateway
-        key's monthly tokens always; when the route served the turn, its rate counters, and its
-        ladder, streaks and model window wiped clean."""
+        key's monthly tokens always; when the route served the turn, the session's model (now the
+        route's), its rate counters, and its ladder, streaks and model window wiped clean."""
         now = time.time()
         await self.state.incr(month_key(self.ctx.grant.id), tokens)
         if served_tokens is not None:
+            await sticky.remember(self.state, self.ctx.session, route.target, now=now)
             await self.router.record_success(route, tokens=served_tokens, now=now)
             await self.bookkeeper.success(route, now=now)
 
@@ -432,6 +435,7 @@ async def serve_turn(
     user_agent: str,
     reasoning_is_content: bool = True,
     requested_label: str | None = None,
+    session_id: str | None = None,
 ) -> Served:
     """Everything between a surface's parse and its render: the key's limits, the chain for the
     requested model, and the loop. A surface calls this and knows nothing of routing.
@@ -439,10 +443,11 @@ async def serve_turn(
     `reasoning_is_content=False` is for a surface that cannot show reasoning: the turn commits on
     text or tool calls only, and an answer that is all reasoning fails over as an empty one.
     `requested_label` is what the request log shows as the requested model when the surface
-    routes on something else (Claude Code's `claude-opus-…` ids route as `auto`)."""
+    routes on something else (Claude Code's `claude-opus-…` ids route as `auto`). `session_id` is
+    the client's session header, if its dialect has one (else the first user message is the key)."""
     chain = resolve_chain(snapshot, requested_model, grant)
     await enforce(grant, shared_store())
-    job = await prepare(Job(request=request, chain=chain, snapshot=snapshot, grant=grant))
+    job = await prepare(Job(request=request, chain=chain, snapshot=snapshot, grant=grant, session_id=session_id))
     ctx = TurnContext(
         request_id=request_id,
         surface=surface,
@@ -450,6 +455,7 @@ async def serve_turn(
         grant=grant,
         request=job.request,
         input_tokens=job.input_tokens,
+        session=job.session,
         requested_model=(requested_label if requested_label is not None else requested_model) or "",
         client_ip=client_ip,
         user_agent=user_agent,

@@ -3,18 +3,21 @@ one ordered list, for every surface.
 
 It protects the order of spec pipeline.md §1, which is observable (which error wins, what the
 estimate counts): enforced system prompts, inline image downscale, the token estimate, the
-capability gates (which also narrow the chain), then the token-budget guardrail. A stage takes
-the Job and returns it changed, or raises a GatewayError the surface renders in its own shape.
+capability gates (which also narrow the chain), the token-budget guardrail, then the sticky
+session (its model first, but only among the capable ones). A stage takes the Job and returns it
+changed, or raises a GatewayError the surface renders in its own shape.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
-from gateway.pipeline import budget, capabilities, estimate, images, system_prompts
+from gateway.pipeline import budget, capabilities, estimate, images, sticky, system_prompts
 from gateway.routing.router import Chain
+from gateway.routing.state import shared_store
 from gateway.snapshot import KeyGrant, Snapshot
 from gateway.wire.canonical import CanonicalRequest
 
@@ -30,6 +33,8 @@ class Job:
     snapshot: Snapshot
     grant: KeyGrant
     input_tokens: int = 0  # routing estimate of the input, set by the estimate stage
+    session_id: str | None = None  # the client's session header, on surfaces that have one
+    session: sticky.Session | None = None  # set by the sticky stage when the request has one
 
     @property
     def total_tokens(self) -> int:
@@ -67,7 +72,23 @@ async def budgeted(job: Job) -> Job:
     return job if request is job.request else replace(job, request=request)
 
 
-STAGES: tuple[Stage, ...] = (enforced_prompts, downscaled_images, estimated, capable, budgeted)
+async def sticky_session(job: Job) -> Job:
+    session = await sticky.session_for(
+        job.request,
+        job.chain,
+        session_id=job.session_id,
+        ttl_s=job.snapshot.settings["sticky_session_ttl_s"],
+        store=shared_store(),
+        now=time.time(),
+    )
+    if session is None:
+        return job
+    padding = sticky.HANDOFF_TOKENS if session.handoff_from else 0  # the note a switch would add
+    chain = sticky.preferred_first(job.chain, session.preferred)
+    return replace(job, session=session, chain=chain, input_tokens=job.input_tokens + padding)
+
+
+STAGES: tuple[Stage, ...] = (enforced_prompts, downscaled_images, estimated, capable, budgeted, sticky_session)
 
 
 async def prepare(job: Job) -> Job:

@@ -319,6 +319,7 @@ async def messages(request: Request) -> Response | StreamingResponse:
         requested_model=model,
         requested_label=parsed.model or "",
         surface="messages",
+        session_id=request.headers.get("x-claude-code-session-id") or request.headers.get("x-session-id"),
         request_id=request.request_id,
         client_ip=request.client_ip,
         user_agent=request.headers.get("user-agent", ""),

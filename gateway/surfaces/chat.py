@@ -233,6 +233,7 @@ async def chat_completions(request: Request) -> Response | StreamingResponse:
         request=canonical_request,
         requested_model=chat.model,
         surface="chat",
+        session_id=request.headers.get("x-session-id"),
         request_id=request.request_id,
         client_ip=request.client_ip,
         user_agent=request.headers.get("user-agent", ""),

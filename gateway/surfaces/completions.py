@@ -147,6 +147,7 @@ async def completions(request: Request) -> Response | StreamingResponse:
         request=canonical_request,
         requested_model=completion.model,
         surface="completions",
+        session_id=request.headers.get("x-session-id"),
         reasoning_is_content=False,  # a completion has no channel for it: commit on text only
         request_id=request.request_id,
         client_ip=request.client_ip,

@@ -593,6 +593,11 @@ async def create_response(request: Request) -> Response | StreamingResponse:
         request=canonical_request,
         requested_model=parsed.model,
         surface="responses",
+        session_id=(
+            request.headers.get("x-codex-session-id")
+            or request.headers.get("session-id")
+            or request.headers.get("x-session-id")
+        ),
         request_id=request.request_id,
         client_ip=request.client_ip,
         user_agent=request.headers.get("user-agent", ""),
