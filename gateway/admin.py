@@ -7,21 +7,29 @@ transaction (`ConfigAdmin`). Rule 6: provider-key secrets are write-only and a g
 token is shown once, on the page answering its creation, never in a message, the session or a
 later page. And the request log stays browsable at millions of rows: it is read-only, its count
 is capped and its date drill-down probes an index (gateway/admin_paging.py).
+
+The rate ledger's live state (which keys are cooling down, until when and why; the limits learned
+from providers) is not in the database: its page, linked from the provider keys, reads the shared
+state store through its interface, as the gateway itself does.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 
+from asgiref.sync import async_to_sync
 from django.contrib import admin, messages
 from django.contrib.admin.utils import model_ngettext
 from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
 from django.db import models, transaction
 from django.db.models import Count, Max, Model, QuerySet
 from django.forms import BaseFormSet, ModelForm
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
 
 from gateway import services, tokens
 from gateway.admin_forms import GatewayKeyForm, ProfileForm, ProviderKeyForm, SettingForm
@@ -38,6 +46,8 @@ from gateway.models import (
     Setting,
     StoredResponse,
 )
+from gateway.routing.ledger import ledger_report
+from gateway.routing.state import shared_store
 from gateway.settings_registry import SETTINGS
 
 admin.site.site_header = "FreeLLM"
@@ -147,6 +157,26 @@ class ProviderKeyAdmin(ConfigAdmin):
         ("Health", {"fields": ["status", "last_error", "last_checked_at", "created_at"]}),
     ]
     actions = [enable_selected, disable_selected]
+    change_list_template = "admin/gateway/providerkey/change_list.html"
+    ledger_template = "admin/gateway/providerkey/ledger.html"
+
+    def get_urls(self) -> list[URLPattern]:
+        # Ahead of the stock URLs, whose `<object_id>/` pattern would take "ledger/" for a key.
+        ledger = path("ledger/", self.admin_site.admin_view(self.ledger_view), name="gateway_providerkey_ledger")
+        return [ledger, *super().get_urls()]
+
+    def ledger_view(self, request: HttpRequest) -> HttpResponse:
+        """Read-only: what is cooling down right now and the learned limits, from the state store."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        report = async_to_sync(ledger_report)(shared_store(), now=time.time())
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Cooldowns and learned limits",
+            "opts": self.opts,
+            "report": report,
+        }
+        return TemplateResponse(request, self.ledger_template, context)
 
 
 # The model catalog and routing profiles

@@ -93,7 +93,9 @@ class UpstreamFailure(GatewayError):
     `status` is the upstream HTTP status when there was one; `transport` marks connection-level
     failures (reset, refused, DNS); `retry_after_s` is the back-off the upstream stated;
     `skip_bench` exempts the failure from cooldowns (e.g. a truncated reasoning answer);
-    `skip_model` rules the model out for the rest of the request without a cooldown.
+    `skip_model` rules the model out for the rest of the request without a cooldown;
+    `stated_limits` are the (axis, value) limits the upstream's rate-limit headers stated, axis one
+    of `rpm`, `rpd`, `tpm`, `tpd` (gateway/providers/ratelimits.py reads them).
     """
 
     status = 502
@@ -110,6 +112,7 @@ class UpstreamFailure(GatewayError):
         retry_after_s: float | None = None,
         skip_bench: bool = False,
         skip_model: bool = False,
+        stated_limits: tuple[tuple[str, int], ...] = (),
     ) -> None:
         super().__init__(message, code=code)
         self.upstream_status = upstream_status
@@ -118,3 +121,4 @@ class UpstreamFailure(GatewayError):
         self.retry_after_s = retry_after_s
         self.skip_bench = skip_bench
         self.skip_model = skip_model
+        self.stated_limits = stated_limits

@@ -22,6 +22,7 @@ from multidict import CIMultiDictProxy
 from gateway.errors import UpstreamFailure
 from gateway.providers.backoff import error_code, error_text, stated_backoff
 from gateway.providers.base import KeyCheck, KeyOutcome, ProviderAdapter, UpstreamTarget, register
+from gateway.providers.ratelimits import stated_limits
 from gateway.routing.redact import redact
 from gateway.stream.dialect import rescue_inline_tool_calls
 from gateway.stream.sse import SSEDecoder
@@ -281,6 +282,7 @@ def _failure(
         upstream_status=status,
         code=error_code(body),
         retry_after_s=stated_backoff(headers, body, text),
+        stated_limits=stated_limits(headers, target.provider.base_url),
     )
 
 

@@ -3,9 +3,11 @@
 It protects spec §5.4: a failure benches its (provider, model, key) for a while, and repeated
 failures escalate — up the ladder (2 min, 10 min, 1 h, 24 h) when the model's daily counters are
 spent, or when its limits are unknown and it keeps answering 429; onto a 10-minute bench of every
-key when the model itself fails three times in 15 minutes. The classifier decides what a failure
-is; this module only counts, in the shared StateStore, so several gateway processes agree. The
-per-request skips stay with the fallback loop.
+key when the model itself fails three times in 15 minutes. A penalized failure also teaches the
+model's learned limits (gateway/routing/ledger.py) the limits its provider stated, and the model's
+daily limits are the catalog's lowered by those. The classifier decides what a failure is; this
+module only counts, in the shared StateStore, so several gateway processes agree. The per-request
+skips stay with the fallback loop.
 
 State it keeps, per model+key ident (`key_id`) unless noted:
 
@@ -24,7 +26,8 @@ from urllib.parse import urlsplit
 
 from gateway.errors import UpstreamFailure
 from gateway.routing.classify import UNKNOWN_LIMIT_LADDER_CAP_S, FailureKind, Verdict, cooldown_seconds
-from gateway.routing.router import WINDOWS, Route, key_id
+from gateway.routing.ledger import key_id, learned_limits
+from gateway.routing.router import WINDOWS, Route
 from gateway.routing.state import StateStore
 
 DAY_S = 86_400.0
@@ -96,6 +99,7 @@ def _reaches_base_row(verdict: Verdict) -> bool:
 class Bookkeeper:
     def __init__(self, state: StateStore) -> None:
         self.state = state
+        self.learned = learned_limits(state)
 
     async def failure(self, route: Route, failure: UpstreamFailure, verdict: Verdict, *, now: float) -> Booking:
         """Book one failed attempt on `route` (spec §5.4, shared-state part)."""
@@ -112,6 +116,8 @@ class Bookkeeper:
             # The streak is over: this empty completion is penalized like any other failure.
             verdict = replace(verdict, exempt_from_cooldown=False)
         await self.state.clear(_empty_streak(ident))
+        await self.learned.refresh(now)
+        await self.learned.learn(route.target.model, verdict.learned_limits)
         local = is_local(route.target.provider.base_url)
         seconds, reason = await self._cool_down(route, failure, verdict, now=now, local=local)
         benched = await self._count_model_failure(route, now=now)
@@ -155,12 +161,13 @@ class Bookkeeper:
     async def _ladder_step(self, route: Route, verdict: Verdict, *, now: float) -> tuple[int | None, float | None]:
         """(ladder hits in the last 24 h including this one, cap), or (None, None) for the flat base."""
         ident, model = route.lease_key, route.target.model
+        limits = {limit_name: self.learned.ceiling(model, limit_name) for limit_name, _ in _DAILY_LIMITS}
         for limit_name, kind in _DAILY_LIMITS:
-            limit = getattr(model, limit_name)
+            limit = limits[limit_name]
             # The counters Router.record_success keeps for this model+key.
             if limit is not None and await self.state.total(f"{kind}|{ident}", now, DAY_S) >= limit:
                 return await self._ladder_hit(ident, now), None
-        if model.rpd is None and model.tpd is None and verdict.rate_limit_signal:
+        if limits["rpd"] is None and limits["tpd"] is None and verdict.rate_limit_signal:
             await self.state.add(_rate_hits(ident), 1, now, RATE_LIMIT_WINDOW_S)
             if await self.state.total(_rate_hits(ident), now, RATE_LIMIT_WINDOW_S) >= UNKNOWN_LIMIT_HITS:
                 return await self._ladder_hit(ident, now), UNKNOWN_LIMIT_LADDER_CAP_S

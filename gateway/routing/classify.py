@@ -82,8 +82,9 @@ class Verdict:
     `skip_provider` — the provider itself is sick: rule out all its models for the request.
     `exempt_from_cooldown` — no cooldown, penalty, limit learning or breaker count.
     `model_retired` — the provider says the model is gone for good (410 or end-of-life wording).
-    `learned_limit` — a limit the provider stated, as (axis, value) with axis one of
-    `rpm`, `rpd`, `tpm`, `tpd`; it may only lower or fill the catalog's limit.
+    `learned_limit` — a limit the provider stated in its message, as (axis, value) with axis one
+    of `rpm`, `rpd`, `tpm`, `tpd`; `header_limits` — those its rate-limit headers stated. They may
+    only lower or fill the catalog's limits (gateway/routing/ledger.py keeps them).
     """
 
     kind: FailureKind
@@ -101,6 +102,13 @@ class Verdict:
     exempt_from_cooldown: bool = False
     model_retired: bool = False
     learned_limit: tuple[str, int] | None = None
+    header_limits: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def learned_limits(self) -> tuple[tuple[str, int], ...]:
+        """Every limit this failure teaches: the one its message states, then its headers'."""
+        stated = (self.learned_limit,) if self.learned_limit is not None else ()
+        return stated + self.header_limits
 
     @property
     def next_step(self) -> NextStep:
@@ -587,6 +595,7 @@ def classify(failure: UpstreamFailure) -> Verdict:
         exempt_from_cooldown=failure.skip_bench or caller_fault,
         model_retired=kind is FailureKind.MODEL_GONE and (ev.status == 410 or _has(ev.text, *_END_OF_LIFE)),
         learned_limit=_learned_limit(ev.text),
+        header_limits=failure.stated_limits,
     )
 
 

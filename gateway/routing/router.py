@@ -4,8 +4,9 @@ It protects the routing contract of spec/config.md "Models clients can ask for":
 default profile's chain, `auto:<profile>` that profile's (an unknown profile is a 400, never a
 silent fallback), a public model id is its provider group with strict failover inside it, and
 `<provider>:<model id>` pins one provider. A route is only handed out for a key that is not
-cooling down, not over its per-key limits, and not already failed in this request; the lease it
-carries counts as in-flight use until the attempt releases it.
+cooling down, not over its per-key limits (the catalog's, lowered by the limits providers stated:
+gateway/routing/ledger.py), and not already failed in this request; the lease it carries counts as
+in-flight use until the attempt releases it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 
 from gateway.errors import Forbidden, InvalidRequest, NotFound
 from gateway.providers.base import UpstreamTarget, has_adapter
+from gateway.routing.ledger import key_id, learned_limits
 from gateway.routing.state import StateStore
 from gateway.snapshot import KeyGrant, ModelInfo, ProfileInfo, ProviderInfo, Snapshot, UpstreamKey
 
@@ -53,10 +55,6 @@ class Route:
     @property
     def key_label(self) -> str:
         return self.target.key.label if self.target.key is not None else ""
-
-
-def key_id(provider: str, upstream_model: str, label: str) -> str:
-    return f"{provider}|{upstream_model}|{label}"
 
 
 def resolve_chain(snapshot: Snapshot, requested: str | None, grant: KeyGrant) -> Chain:
@@ -144,9 +142,11 @@ def _configuration_problem(provider: ProviderInfo) -> str:
 class Router:
     def __init__(self, state: StateStore) -> None:
         self.state = state
+        self.learned = learned_limits(state)
 
     async def next_route(self, chain: Chain, skips: Skips, *, estimate: int, now: float) -> Route | RoutingDiagnostics:
         diagnostics = RoutingDiagnostics()
+        await self.learned.refresh(now)
         for candidate in chain.candidates:
             model, provider = candidate.model, candidate.provider
             if provider.name in skips.providers or (provider.name, model.upstream_id) in skips.models:
@@ -201,7 +201,7 @@ class Router:
     async def _within_limits(self, ident: str, model: ModelInfo, *, estimate: int, now: float) -> bool:
         in_flight = None
         for limit_name, kind, window in WINDOWS:
-            limit = getattr(model, limit_name)
+            limit = self.learned.ceiling(model, limit_name)
             if limit is None:
                 continue
             if in_flight is None:

@@ -1,4 +1,5 @@
-"""The shared-state store: cooldowns, sliding-window rate counters and in-flight leases.
+"""The shared-state store: cooldowns, sliding-window rate counters, in-flight leases and
+lowest-value maps (the rate ledger's learned limits).
 
 It protects rule 2 of DESIGN.md: this state has one home behind one small async interface, so
 that a Redis implementation (several gateway processes acting as one) can replace the
@@ -37,6 +38,11 @@ class StateStore(ABC):
         """When the soonest active cooldown anywhere ends, for "retry after" hints."""
 
     @abstractmethod
+    async def cooldowns(self, now: float) -> list[tuple[str, Cooldown]]:
+        """Every active cooldown with its key, soonest end first, for the operator's view
+        (Redis: ZRANGEBYSCORE on the index of cooldown ends, then the cooldowns themselves)."""
+
+    @abstractmethod
     async def add(self, key: str, amount: int, now: float, window_s: float) -> None:
         """Record `amount` (a request, or tokens) in a sliding window counter."""
 
@@ -59,6 +65,15 @@ class StateStore(ABC):
     @abstractmethod
     async def counter(self, key: str) -> int | None:
         """A plain counter's value, or None when it was never set in this store."""
+
+    @abstractmethod
+    async def keep_lowest(self, key: str, member: str, value: int) -> int:
+        """Keep `value` for `member` of the map `key` unless a lower value is already kept there;
+        returns the value kept (Redis: ZADD key LT value member, then ZSCORE)."""
+
+    @abstractmethod
+    async def lowest(self, key: str) -> dict[str, int]:
+        """Every member of the map `key` with the value kept for it (Redis: ZRANGE key 0 -1 WITHSCORES)."""
 
     @abstractmethod
     async def acquire_lease(self, key: str, now: float, ttl_s: float) -> str:
@@ -129,6 +144,7 @@ class MemoryStateStore(StateStore):
         self._windows: dict[str, _Window] = {}
         self._leases: dict[str, dict[str, float]] = {}
         self._counters: dict[str, int] = {}
+        self._lowest: dict[str, dict[str, int]] = {}
         self._ids = itertools.count(1)
 
     async def cooldown(self, key: str, now: float) -> Cooldown | None:
@@ -151,6 +167,11 @@ class MemoryStateStore(StateStore):
     async def soonest_cooldown(self, now: float) -> float | None:
         active = [c.until for c in self._cooldowns.values() if c.until > now]
         return min(active) if active else None
+
+    async def cooldowns(self, now: float) -> list[tuple[str, Cooldown]]:
+        for key in [key for key, found in self._cooldowns.items() if found.until <= now]:
+            del self._cooldowns[key]
+        return sorted(self._cooldowns.items(), key=lambda item: (item[1].until, item[0]))
 
     async def add(self, key: str, amount: int, now: float, window_s: float) -> None:
         window = self._windows.get(key)
@@ -179,6 +200,16 @@ class MemoryStateStore(StateStore):
 
     async def counter(self, key: str) -> int | None:
         return self._counters.get(key)
+
+    async def keep_lowest(self, key: str, member: str, value: int) -> int:
+        kept = self._lowest.setdefault(key, {})
+        current = kept.get(member)
+        if current is None or value < current:
+            kept[member] = value
+        return kept[member]
+
+    async def lowest(self, key: str) -> dict[str, int]:
+        return dict(self._lowest.get(key, {}))
 
     async def acquire_lease(self, key: str, now: float, ttl_s: float) -> str:
         lease_id = str(next(self._ids))
