@@ -16,7 +16,7 @@ from gateway import services
 from gateway.models import Attempt, CatalogModel, ChainEntry, Profile, Provider, RequestLog
 from tests.conftest import wait_for_log
 from tests.fakes.upstream import Reply
-from tests.transcripts import GOLDEN, assert_golden
+from tests.transcripts import GOLDEN, assert_golden, sse_frames
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -37,15 +37,6 @@ def fake_catalog(transactional_db, fake_upstream):
     ChainEntry.objects.create(profile=profile, position=0, model_id="m")
     services.config_changed()
     return fake_upstream
-
-
-def sse_frames(body: bytes) -> list[bytes]:
-    """The data payloads of an SSE body, checking each event is exactly `data: ...\\n\\n`."""
-    assert body.endswith(b"\n\n")
-    events = body[:-2].split(b"\n\n")
-    for event in events:
-        assert event.startswith(b"data: "), event
-    return [event[len(b"data: ") :] for event in events]
 
 
 def test_it_streams_the_demo_answer_through_the_openai_sdk(transactional_db, sdk):

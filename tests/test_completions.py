@@ -21,7 +21,7 @@ from gateway.models import CatalogModel, ChainEntry, Profile, Provider
 from gateway.surfaces.completions import AUTOCOMPLETE_SYSTEM_PROMPT
 from tests.conftest import wait_for_log
 from tests.fakes.upstream import Reply
-from tests.transcripts import GOLDEN, assert_golden
+from tests.transcripts import GOLDEN, assert_golden, sse_frames
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -50,15 +50,6 @@ def normalised(body: bytes) -> bytes:
     for pattern, replacement in _RANDOM_PARTS:
         body = pattern.sub(replacement, body)
     return body
-
-
-def sse_frames(body: bytes) -> list[bytes]:
-    """The data payloads of an SSE body, checking each event is exactly `data: ...\\n\\n`."""
-    assert body.endswith(b"\n\n")
-    events = body[:-2].split(b"\n\n")
-    for event in events:
-        assert event.startswith(b"data: "), event
-    return [event[len(b"data: ") :] for event in events]
 
 
 def upstream_chunk(delta: dict, finish_reason: str | None = None) -> dict:

@@ -21,3 +21,12 @@ def assert_golden(path: Path, body: bytes, normalise: Callable[[bytes], bytes]) 
         path.write_bytes(actual)
     assert path.exists(), f"missing golden transcript {path}; run with UPDATE_GOLDEN=1 to create it"
     assert actual == path.read_bytes()
+
+
+def sse_frames(body: bytes) -> list[bytes]:
+    """The data payloads of an OpenAI-style SSE body, checking each event is exactly `data: ...\\n\\n`."""
+    assert body.endswith(b"\n\n")
+    events = body[:-2].split(b"\n\n")
+    for event in events:
+        assert event.startswith(b"data: "), event
+    return [event[len(b"data: ") :] for event in events]

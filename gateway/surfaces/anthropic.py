@@ -27,10 +27,11 @@ from gateway.http import Request, Response, StreamingResponse, json_response
 from gateway.ids import random_hex
 from gateway.snapshot import Snapshot
 from gateway.stream.toolcalls import ToolCall, parse_json
-from gateway.surfaces.common import data_plane_view
-from gateway.turn import Served, input_estimate, serve_turn
+from gateway.surfaces.common import data_plane_view, serve
+from gateway.turn import Served, input_estimate
 from gateway.wire.anthropic import MessagesRequest, canonical
 from gateway.wire.canonical import (
+    Answer,
     Finish,
     Meta,
     Output,
@@ -265,30 +266,15 @@ async def sse_body(served: Served, writer: EventWriter) -> AsyncIterator[bytes]:
 
 def message_body(outputs: list[Output], *, model: str, input_tokens: int) -> dict[str, Any]:
     """The non-stream Message (§1.4): thinking, then text, then tool_use blocks."""
-    text: list[str] = []
-    reasoning: list[str] = []
-    calls: ToolCalls | None = None
-    finish = "stop"
-    usage: Usage | None = None
-    for output in outputs:
-        if isinstance(output, TextDelta):
-            text.append(output.text)
-        elif isinstance(output, ReasoningDelta):
-            reasoning.append(output.text)
-        elif isinstance(output, ToolCalls):
-            calls = output
-        elif isinstance(output, Finish):
-            finish = output.reason
-        elif isinstance(output, Usage):
-            usage = output
+    answer = Answer.of(outputs)
+    usage = answer.usage
     content: list[dict[str, Any]] = []
-    thinking, answer = "".join(reasoning), "".join(text)
-    if thinking:
-        content.append({"type": "thinking", "thinking": thinking, "signature": ""})
-    if answer:
-        content.append({"type": "text", "text": answer})
-    chars = len(thinking) + len(answer)
-    for call in calls.calls if calls else ():
+    if answer.reasoning:
+        content.append({"type": "thinking", "thinking": answer.reasoning, "signature": ""})
+    if answer.text:
+        content.append({"type": "text", "text": answer.text})
+    chars = len(answer.reasoning) + len(answer.text)
+    for call in answer.calls:
         chars += len(call.arguments)
         content.append({"type": "tool_use", "id": call.id, "name": call.name, "input": _tool_input(call.arguments)})
     return {
@@ -297,7 +283,7 @@ def message_body(outputs: list[Output], *, model: str, input_tokens: int) -> dic
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": stop_reason(finish),
+        "stop_reason": stop_reason(answer.finish),
         "stop_sequence": None,
         "usage": {
             "input_tokens": usage.input_tokens if usage and usage.input_tokens is not None else input_tokens,
@@ -312,17 +298,13 @@ async def messages(request: Request) -> Response | StreamingResponse:
     snapshot = request.state["snapshot"]
     model = routing_model(snapshot, parsed.model)
     canonical_request = canonical(parsed, model=model)
-    served = await serve_turn(
-        snapshot=snapshot,
-        grant=request.state["grant"],
-        request=canonical_request,
+    served = await serve(
+        request,
+        canonical_request,
+        surface="messages",
         requested_model=model,
         requested_label=parsed.model or "",
-        surface="messages",
-        session_id=request.headers.get("x-claude-code-session-id") or request.headers.get("x-session-id"),
-        request_id=request.request_id,
-        client_ip=request.client_ip,
-        user_agent=request.headers.get("user-agent", ""),
+        session_headers=("x-claude-code-session-id", "x-session-id"),
     )
     echoed = parsed.model or "auto"
     estimate = input_estimate(canonical_request)

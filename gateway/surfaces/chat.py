@@ -16,10 +16,11 @@ import orjson
 
 from gateway.http import Request, Response, StreamingResponse, json_response
 from gateway.ids import random_hex
-from gateway.surfaces.common import data_plane_view
+from gateway.surfaces.common import data_plane_view, serve
 from gateway.surfaces.openai_stream import MAX_STOP_SEQUENCES, parse_body, sse_body, stream_error_frame, usage_body
-from gateway.turn import Served, serve_turn
+from gateway.turn import Served
 from gateway.wire.canonical import (
+    Answer,
     CanonicalRequest,
     Finish,
     Message,
@@ -177,34 +178,14 @@ class ChunkWriter:
 
 
 async def completion_body(served: Served) -> dict[str, Any]:
-    text: list[str] = []
-    reasoning: list[str] = []
-    calls: list[dict[str, Any]] = []
-    meta = Meta()
-    finish = "stop"
-    usage: Usage | None = None
-    logprobs: Any = None
-    outputs = [output async for batch in served.outputs for output in batch]
-    for output in outputs:
-        if isinstance(output, TextDelta):
-            text.append(output.text)
-            logprobs = output.logprobs if output.logprobs is not None else logprobs
-        elif isinstance(output, ReasoningDelta):
-            reasoning.append(output.text)
-        elif isinstance(output, ToolCalls):
-            calls = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                for c in output.calls
-            ]
-        elif isinstance(output, Meta):
-            meta = output
-        elif isinstance(output, Finish):
-            finish = output.reason
-        elif isinstance(output, Usage):
-            usage = output
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or (None if calls else "")}
-    if reasoning:
-        message["reasoning_content"] = "".join(reasoning)
+    answer = Answer.of([output async for batch in served.outputs for output in batch])
+    calls = [
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in answer.calls
+    ]
+    meta, usage = answer.meta, answer.usage
+    message: dict[str, Any] = {"role": "assistant", "content": answer.text or (None if calls else "")}
+    if answer.reasoning:
+        message["reasoning_content"] = answer.reasoning
     if calls:
         message["tool_calls"] = calls
     body: dict[str, Any] = {
@@ -212,7 +193,7 @@ async def completion_body(served: Served) -> dict[str, Any]:
         "object": "chat.completion",
         "created": meta.created or int(time.time()),
         "model": served.model_id,
-        "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}],
+        "choices": [{"index": 0, "message": message, "logprobs": answer.logprobs, "finish_reason": answer.finish}],
     }
     if usage is not None:
         body["usage"] = usage_body(usage)
@@ -227,17 +208,7 @@ async def completion_body(served: Served) -> dict[str, Any]:
 async def chat_completions(request: Request) -> Response | StreamingResponse:
     chat = parse(request.body)
     canonical_request = canonical(chat)
-    served = await serve_turn(
-        snapshot=request.state["snapshot"],
-        grant=request.state["grant"],
-        request=canonical_request,
-        requested_model=chat.model,
-        surface="chat",
-        session_id=request.headers.get("x-session-id"),
-        request_id=request.request_id,
-        client_ip=request.client_ip,
-        user_agent=request.headers.get("user-agent", ""),
-    )
+    served = await serve(request, canonical_request, surface="chat", requested_model=chat.model)
     if canonical_request.stream:
         include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
         return StreamingResponse(

@@ -17,6 +17,8 @@ from gateway.auth import authenticate
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, TurnFailed
 from gateway.http import Handler, Request, Response, StreamingResponse, json_response
 from gateway.snapshot import snapshots
+from gateway.turn import Served, serve_turn
+from gateway.wire.canonical import CanonicalRequest
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +58,34 @@ def data_plane_view(
         return handler
 
     return decorate
+
+
+async def serve(
+    request: Request,
+    canonical: CanonicalRequest,
+    *,
+    surface: str,
+    requested_model: str | None,
+    session_headers: tuple[str, ...] = ("x-session-id",),
+    **options: Any,
+) -> Served:
+    """The canonical turn for an authenticated data-plane request: what every surface hands the
+    core, taken from the HTTP request once here (snapshot, key, request id, client, and the
+    dialect's session header, the first of `session_headers` present). `options` go to
+    `serve_turn` as they are (reasoning_is_content, requested_label)."""
+    session_id = next((request.headers[name] for name in session_headers if request.headers.get(name)), None)
+    return await serve_turn(
+        snapshot=request.state["snapshot"],
+        grant=request.state["grant"],
+        request=canonical,
+        requested_model=requested_model,
+        surface=surface,
+        session_id=session_id,
+        request_id=request.request_id,
+        client_ip=request.client_ip,
+        user_agent=request.headers.get("user-agent", ""),
+        **options,
+    )
 
 
 async def not_found(request: Request) -> Response:

@@ -17,7 +17,7 @@ from typing import Any
 
 from gateway.http import Request, Response, StreamingResponse, json_response
 from gateway.ids import random_hex
-from gateway.surfaces.common import data_plane_view
+from gateway.surfaces.common import data_plane_view, serve
 from gateway.surfaces.openai_stream import (
     MAX_STOP_SEQUENCES,
     data_frame,
@@ -26,8 +26,18 @@ from gateway.surfaces.openai_stream import (
     stream_error_frame,
     usage_body,
 )
-from gateway.turn import Served, serve_turn
-from gateway.wire.canonical import CanonicalRequest, Finish, Message, Meta, Output, StreamFailed, TextDelta, Usage
+from gateway.turn import Served
+from gateway.wire.canonical import (
+    Answer,
+    CanonicalRequest,
+    Finish,
+    Message,
+    Meta,
+    Output,
+    StreamFailed,
+    TextDelta,
+    Usage,
+)
 from gateway.wire.openai_completions import CompletionRequest
 
 AUTOCOMPLETE_SYSTEM_PROMPT = (
@@ -111,29 +121,17 @@ class FrameWriter:
 
 
 async def completion_body(served: Served) -> dict[str, Any]:
-    text: list[str] = []
-    meta = Meta()
-    finish = "stop"
-    usage: Usage | None = None
-    async for batch in served.outputs:
-        for output in batch:
-            if isinstance(output, TextDelta):
-                text.append(output.text)
-            elif isinstance(output, Meta):
-                meta = output
-            elif isinstance(output, Finish):
-                finish = output.reason
-            elif isinstance(output, Usage):
-                usage = output
+    answer = Answer.of([output async for batch in served.outputs for output in batch])
+    meta = answer.meta
     body: dict[str, Any] = {
         "id": completion_id(meta.id),
         "object": "text_completion",
         "created": meta.created or int(time.time()),
         "model": served.model_id,
-        "choices": [{"text": "".join(text), "index": 0, "logprobs": None, "finish_reason": finish}],
+        "choices": [{"text": answer.text, "index": 0, "logprobs": None, "finish_reason": answer.finish}],
     }
-    if usage is not None:
-        body["usage"] = usage_body(usage)
+    if answer.usage is not None:
+        body["usage"] = usage_body(answer.usage)
     return body
 
 
@@ -141,17 +139,12 @@ async def completion_body(served: Served) -> dict[str, Any]:
 async def completions(request: Request) -> Response | StreamingResponse:
     completion = parse(request.body)
     canonical_request = canonical(completion)
-    served = await serve_turn(
-        snapshot=request.state["snapshot"],
-        grant=request.state["grant"],
-        request=canonical_request,
-        requested_model=completion.model,
+    served = await serve(
+        request,
+        canonical_request,
         surface="completions",
-        session_id=request.headers.get("x-session-id"),
+        requested_model=completion.model,
         reasoning_is_content=False,  # a completion has no channel for it: commit on text only
-        request_id=request.request_id,
-        client_ip=request.client_ip,
-        user_agent=request.headers.get("user-agent", ""),
     )
     if canonical_request.stream:
         include_usage = bool(completion.stream_options and completion.stream_options.include_usage)

@@ -27,15 +27,15 @@ from typing import Any
 
 import orjson
 from asgiref.sync import sync_to_async
-from pydantic import ValidationError
 
 from gateway import services
 from gateway.errors import GatewayError, InvalidRequest, NotFound
 from gateway.http import Request, Response, StreamingResponse, json_response
 from gateway.ids import random_hex
 from gateway.stream.toolcalls import ToolCall
-from gateway.surfaces.common import data_plane_view
-from gateway.turn import Served, input_estimate, serve_turn
+from gateway.surfaces.common import data_plane_view, serve
+from gateway.surfaces.openai_stream import parse_body
+from gateway.turn import Served, input_estimate
 from gateway.wire.canonical import (
     CanonicalRequest,
     Finish,
@@ -48,7 +48,6 @@ from gateway.wire.canonical import (
     Usage,
     estimate_tokens,
 )
-from gateway.wire.openai_chat import describe_validation_error
 from gateway.wire.responses import (
     ContentPart,
     FunctionCallItem,
@@ -87,14 +86,7 @@ def responses_error(error: GatewayError) -> Response:
 
 
 def parse(body: bytes) -> ResponsesRequest:
-    if not body.strip():
-        raise InvalidRequest("Invalid request: the body must be a JSON object with 'input'")
-    try:
-        return ResponsesRequest.model_validate_json(body)
-    except ValidationError as exc:
-        if any(error["type"] == "json_invalid" for error in exc.errors()):
-            raise InvalidRequest("Invalid request: the body is not valid JSON") from exc
-        raise InvalidRequest(describe_validation_error(exc)) from exc
+    return parse_body(ResponsesRequest, body, required="input")
 
 
 # Request: input items → canonical messages
@@ -587,20 +579,12 @@ async def create_response(request: Request) -> Response | StreamingResponse:
     if not conversation:
         raise InvalidRequest("Invalid request: input: the conversation is empty", extra={"param": "input"})
     canonical_request = canonical(parsed, conversation)
-    served = await serve_turn(
-        snapshot=snapshot,
-        grant=grant,
-        request=canonical_request,
-        requested_model=parsed.model,
+    served = await serve(
+        request,
+        canonical_request,
         surface="responses",
-        session_id=(
-            request.headers.get("x-codex-session-id")
-            or request.headers.get("session-id")
-            or request.headers.get("x-session-id")
-        ),
-        request_id=request.request_id,
-        client_ip=request.client_ip,
-        user_agent=request.headers.get("user-agent", ""),
+        requested_model=parsed.model,
+        session_headers=("x-codex-session-id", "session-id", "x-session-id"),
     )
     turn = ResponseTurn(
         parsed,

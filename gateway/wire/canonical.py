@@ -9,7 +9,8 @@ once at the edge. Unknown request fields ride along in `extra` so nothing a clie
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -136,3 +137,40 @@ class StreamFailed:
 
 Output = Meta | TextDelta | ReasoningDelta | ToolCalls | Finish | Usage | StreamFailed
 OutputBatch = list[Output]
+
+
+@dataclass(slots=True)
+class Answer:
+    """A whole turn, gathered from its outputs, for a surface that answers with one body (the
+    non-stream path): every surface reads the same fields the same way."""
+
+    meta: Meta = field(default_factory=Meta)
+    text: str = ""
+    reasoning: str = ""
+    calls: tuple[Any, ...] = ()
+    finish: str = "stop"
+    usage: Usage | None = None
+    logprobs: Any = None  # the last text output's, when an upstream sent any
+
+    @classmethod
+    def of(cls, outputs: Iterable[Output]) -> Answer:
+        answer = cls()
+        text: list[str] = []
+        reasoning: list[str] = []
+        for output in outputs:
+            if isinstance(output, TextDelta):
+                text.append(output.text)
+                if output.logprobs is not None:
+                    answer.logprobs = output.logprobs
+            elif isinstance(output, ReasoningDelta):
+                reasoning.append(output.text)
+            elif isinstance(output, ToolCalls):
+                answer.calls = output.calls
+            elif isinstance(output, Meta):
+                answer.meta = output
+            elif isinstance(output, Finish):
+                answer.finish = output.reason
+            elif isinstance(output, Usage):
+                answer.usage = output
+        answer.text, answer.reasoning = "".join(text), "".join(reasoning)
+        return answer
