@@ -24,7 +24,7 @@ from gateway.logwriter import AttemptRecord, RequestRecord, log_writer
 from gateway.pipeline import estimate, sticky
 from gateway.pipeline.run import Job, prepare
 from gateway.providers.pool import adapter_for
-from gateway.routing import exhaustion, revalidate
+from gateway.routing import exhaustion, revalidate, stats
 from gateway.routing.bookkeeping import Bookkeeper
 from gateway.routing.classify import FailureKind, Verdict, classify
 from gateway.routing.redact import header_value, redact
@@ -356,14 +356,26 @@ class Turn:
         self._finish_record(status, 200, failed or ("client disconnected" if status == "canceled" else ""))
         tokens = self.record.input_tokens + self.record.output_tokens
         served = (usage.total_tokens if usage and usage.total_tokens else tokens) if status == "success" else None
-        _in_background(self._after(route, tokens=tokens, served_tokens=served))
+        outcome = stats.committed(
+            status,
+            stream=self.ctx.request.stream,
+            started=started,
+            first_token_at=pump.first_token_at,
+            ended=time.monotonic(),
+            output_tokens=self.record.output_tokens,
+        )
+        _in_background(self._after(route, tokens=tokens, served_tokens=served, outcome=outcome))
 
-    async def _after(self, route: Route, *, tokens: int, served_tokens: int | None) -> None:
+    async def _after(
+        self, route: Route, *, tokens: int, served_tokens: int | None, outcome: stats.Outcome | None
+    ) -> None:
         """The shared-state bookkeeping of a committed turn, behind the response: the gateway
-        key's monthly tokens always; when the route served the turn, the session's model (now the
-        route's), its rate counters, and its ladder, streaks and model window wiped clean."""
+        key's monthly tokens and the model's routing statistics always; when the route served the
+        turn, the session's model (now the route's), its rate counters, and its ladder, streaks and
+        model window wiped clean."""
         now = time.time()
         await self.state.incr(month_key(self.ctx.grant.id), tokens)
+        await stats.record(self.state, route.target.provider.name, route.target.model.upstream_id, outcome, now=now)
         if served_tokens is not None:
             await sticky.remember(self.state, self.ctx.session, route.target, now=now)
             await self.router.record_success(route, tokens=served_tokens, now=now)
@@ -379,6 +391,8 @@ class Turn:
         if verdict.skip_provider:
             self.skips.providers.add(target.provider.name)
         booking = await self.bookkeeper.failure(route, failure, verdict, now=time.time())
+        outcome = stats.failed(verdict, started=started, ended=time.monotonic())
+        await stats.record(self.state, target.provider.name, target.model.upstream_id, outcome, now=time.time())
         if verdict.kind is FailureKind.CREDENTIAL:
             revalidate.schedule(target)
         self._trace(route, verdict.trail_class, started, redact(failure.message, limit=200))

@@ -2,10 +2,12 @@
 one ordered list, for every surface.
 
 It protects the order of spec pipeline.md §1, which is observable (which error wins, what the
-estimate counts): enforced system prompts, inline image downscale, the token estimate, the
-capability gates (which also narrow the chain), the token-budget guardrail, then the sticky
-session (its model first, but only among the capable ones). A stage takes the Job and returns it
-changed, or raises a GatewayError the surface renders in its own shape.
+estimate counts): enforced system prompts, inline image downscale, the token
+estimate, the strategy's order of an `auto:fast|reliable|balanced` chain, the capability gates
+(which also narrow the chain), the token-budget guardrail, then the sticky session (its model
+first, but only among the capable ones: it comes last so that no strategy moves a conversation
+off its model). A stage takes the Job and returns it changed, or raises a GatewayError the surface
+renders in its own shape.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from gateway.pipeline import budget, capabilities, estimate, images, sticky, system_prompts
+from gateway.routing import strategies
 from gateway.routing.router import Chain
 from gateway.routing.state import shared_store
 from gateway.snapshot import KeyGrant, Snapshot
@@ -61,6 +64,11 @@ async def estimated(job: Job) -> Job:
     return replace(job, input_tokens=estimate.input_tokens(job.request))
 
 
+async def strategy_ordered(job: Job) -> Job:
+    chain = await strategies.ordered(job.chain, shared_store(), now=time.time())
+    return job if chain is job.chain else replace(job, chain=chain)
+
+
 async def capable(job: Job) -> Job:
     chain = capabilities.capable_chain(job.chain, job.request, estimate=job.total_tokens)
     return job if chain is job.chain else replace(job, chain=chain)
@@ -88,7 +96,15 @@ async def sticky_session(job: Job) -> Job:
     return replace(job, session=session, chain=chain, input_tokens=job.input_tokens + padding)
 
 
-STAGES: tuple[Stage, ...] = (enforced_prompts, downscaled_images, estimated, capable, budgeted, sticky_session)
+STAGES: tuple[Stage, ...] = (
+    enforced_prompts,
+    downscaled_images,
+    estimated,
+    strategy_ordered,
+    capable,
+    budgeted,
+    sticky_session,
+)
 
 
 async def prepare(job: Job) -> Job:

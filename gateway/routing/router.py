@@ -2,7 +2,9 @@
 
 It protects the routing contract of spec/config.md "Models clients can ask for": `auto` is the
 default profile's chain, `auto:<profile>` that profile's (an unknown profile is a 400, never a
-silent fallback), a public model id is its provider group with strict failover inside it, and
+silent fallback), `auto:<strategy>` (`auto:fast`, `auto:reliable`, `auto:balanced` and their
+aliases: gateway/routing/strategies.py) the default profile's chain to be put in that strategy's
+order, a public model id is its provider group with strict failover inside it, and
 `<provider>:<model id>` pins one provider. A route is only handed out for a key that is not
 cooling down, not over its per-key limits (the catalog's, lowered by the limits providers stated:
 gateway/routing/ledger.py), and not already failed in this request; the lease it carries counts as
@@ -17,6 +19,7 @@ from gateway.errors import Forbidden, InvalidRequest, NotFound
 from gateway.providers.base import UpstreamTarget, has_adapter
 from gateway.routing.ledger import key_id, learned_limits
 from gateway.routing.state import StateStore
+from gateway.routing.strategies import strategy_named
 from gateway.snapshot import KeyGrant, ModelInfo, ProfileInfo, ProviderInfo, Snapshot, UpstreamKey
 
 LEASE_TTL_S = 120.0
@@ -35,6 +38,7 @@ class Chain:
     candidates: tuple[Candidate, ...]
     pinned: bool
     profile: ProfileInfo | None = None  # the profile an auto chain came from; None for a model id
+    strategy: str | None = None  # `auto:<strategy>`: the order to put the candidates in before routing
 
 
 @dataclass(slots=True)
@@ -62,7 +66,10 @@ def resolve_chain(snapshot: Snapshot, requested: str | None, grant: KeyGrant) ->
     name = (requested or "").strip()
     groups = snapshot.models_by_id()
     if not name or name.lower() == "auto" or name.lower().startswith("auto:"):
-        profile_name = name[5:].strip() if ":" in name else ""
+        suffix = name[5:].strip() if ":" in name else ""
+        # A strategy's alias wins over a profile of the same name (spec §7.1): the default chain.
+        strategy = strategy_named(suffix)
+        profile_name = "" if strategy else suffix
         profile = snapshot.profiles.get(profile_name.lower()) if profile_name else snapshot.default_profile
         if profile is None:
             if profile_name:
@@ -84,7 +91,8 @@ def resolve_chain(snapshot: Snapshot, requested: str | None, grant: KeyGrant) ->
             raise InvalidRequest(
                 f"Profile '{profile.name}' has no enabled models. Add models to this profile in the admin."
             )
-        return Chain(label=f"auto:{profile.name}", candidates=_unique(candidates), pinned=False, profile=profile)
+        label = f"auto:{strategy}" if strategy else f"auto:{profile.name}"
+        return Chain(label=label, candidates=_unique(candidates), pinned=False, profile=profile, strategy=strategy)
     provider_pin, model_id = "", name
     head, colon, tail = name.partition(":")
     if colon and head in snapshot.providers:

@@ -1,5 +1,5 @@
-"""The shared-state store: cooldowns, sliding-window rate counters, in-flight leases and
-lowest-value maps (the rate ledger's learned limits).
+"""The shared-state store: cooldowns, sliding-window rate counters, in-flight leases,
+lowest-value maps (the rate ledger's learned limits) and decaying sums (the routing statistics).
 
 It protects rule 2 of DESIGN.md: this state has one home behind one small async interface, so
 that a Redis implementation (several gateway processes acting as one) can replace the
@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from abc import ABC, abstractmethod
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -74,6 +75,18 @@ class StateStore(ABC):
     @abstractmethod
     async def lowest(self, key: str) -> dict[str, int]:
         """Every member of the map `key` with the value kept for it (Redis: ZRANGE key 0 -1 WITHSCORES)."""
+
+    @abstractmethod
+    async def decay_add(self, key: str, amounts: Mapping[str, float], now: float, half_life_s: float) -> None:
+        """Add `amounts` to the fields of the hash `key` after halving all of its fields once per
+        `half_life_s` since it last changed: sums where what was added one half-life ago counts
+        half (Redis: one Lua script over HGETALL and HSET, the time of the last change kept in a
+        field of its own, and an EXPIRE of a few half-lives)."""
+
+    @abstractmethod
+    async def decayed(self, key: str, now: float, half_life_s: float) -> dict[str, float]:
+        """The fields of the hash `key` decayed to `now`; empty when it was never added to
+        (Redis: HGETALL, decayed in the reading process)."""
 
     @abstractmethod
     async def acquire_lease(self, key: str, now: float, ttl_s: float) -> str:
@@ -145,6 +158,7 @@ class MemoryStateStore(StateStore):
         self._leases: dict[str, dict[str, float]] = {}
         self._counters: dict[str, int] = {}
         self._lowest: dict[str, dict[str, int]] = {}
+        self._decaying: dict[str, tuple[float, dict[str, float]]] = {}  # key -> (last change, fields)
         self._ids = itertools.count(1)
 
     async def cooldown(self, key: str, now: float) -> Cooldown | None:
@@ -210,6 +224,21 @@ class MemoryStateStore(StateStore):
 
     async def lowest(self, key: str) -> dict[str, int]:
         return dict(self._lowest.get(key, {}))
+
+    async def decay_add(self, key: str, amounts: Mapping[str, float], now: float, half_life_s: float) -> None:
+        fields = await self.decayed(key, now, half_life_s)
+        for name, amount in amounts.items():
+            fields[name] = fields.get(name, 0.0) + amount
+        self._decaying[key] = (now, fields)
+
+    async def decayed(self, key: str, now: float, half_life_s: float) -> dict[str, float]:
+        found = self._decaying.get(key)
+        if found is None:
+            return {}
+        changed, fields = found
+        # Another process's clock may run ahead: an entry from the future is taken as of now.
+        factor = 0.5 ** (max(now - changed, 0.0) / half_life_s)
+        return {name: value * factor for name, value in fields.items()}
 
     async def acquire_lease(self, key: str, now: float, ttl_s: float) -> str:
         lease_id = str(next(self._ids))
