@@ -2,7 +2,7 @@
 one ordered list, for every surface.
 
 It protects the order of spec pipeline.md §1, which is observable (which error wins, what the
-estimate counts): enforced system prompts, inline image downscale, the token
+estimate counts): normalisation, enforced system prompts, inline image downscale, the token
 estimate, the strategy's order of an `auto:fast|reliable|balanced` chain, the capability gates
 (which also narrow the chain), the token-budget guardrail, then the sticky session (its model
 first, but only among the capable ones: it comes last so that no strategy moves a conversation
@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
-from gateway.pipeline import budget, capabilities, estimate, images, sticky, system_prompts
+from gateway.pipeline import budget, capabilities, estimate, images, normalize, sticky, system_prompts
 from gateway.routing import strategies
 from gateway.routing.router import Chain
 from gateway.routing.state import shared_store
@@ -45,6 +45,11 @@ class Job:
 
 
 Stage = Callable[[Job], Awaitable[Job]]
+
+
+async def normalized(job: Job) -> Job:
+    request = normalize.normalized(job.request)
+    return job if request is job.request else replace(job, request=request)
 
 
 async def enforced_prompts(job: Job) -> Job:
@@ -97,6 +102,7 @@ async def sticky_session(job: Job) -> Job:
 
 
 STAGES: tuple[Stage, ...] = (
+    normalized,
     enforced_prompts,
     downscaled_images,
     estimated,

@@ -45,44 +45,17 @@ def parse(body: bytes) -> ChatRequest:
 
 
 def _messages(messages: list[ChatMessage]) -> list[Message]:
-    """Roles folded to the canonical four, tool-call ids made whole and paired with results."""
+    """The chat roles folded to the canonical four (developer → system, function → tool); the
+    pipeline's normalisation stage makes tool calls whole and pairs their results."""
     out: list[Message] = []
-    unanswered: list[str] = []
-    synthesized = 0
     for message in messages:
         data = message.model_dump(exclude_none=True)
-        role = data["role"]
-        if role == "developer":
-            data["role"] = "system"
-        elif role == "function":
-            data["role"] = "tool"
-        if data["role"] == "assistant":
-            calls = data.get("tool_calls") or []
-            for call in calls:
-                function = call["function"]
-                if not isinstance(function.get("arguments"), str):
-                    function["arguments"] = orjson.dumps(function.get("arguments") or {}).decode()
-                if not call.get("id"):
-                    synthesized += 1
-                    call["id"] = f"call_auto_{synthesized}"
-                call["type"] = "function"
-                unanswered.append(call["id"])
-            if not calls:
-                data.pop("tool_calls", None)
-                if not data.get("content"):
-                    data["content"] = ""
-        elif data["role"] == "tool":
-            if not data.get("tool_call_id"):
-                if unanswered:
-                    data["tool_call_id"] = unanswered[0]
-                else:
-                    synthesized += 1
-                    data["tool_call_id"] = f"call_auto_{synthesized}"
-            if data["tool_call_id"] in unanswered:
-                unanswered.remove(data["tool_call_id"])
-            data.setdefault("content", "")
+        data["role"] = _CANONICAL_ROLES.get(data["role"], data["role"])
         out.append(Message.model_validate(data))
     return out
+
+
+_CANONICAL_ROLES = {"developer": "system", "function": "tool"}
 
 
 def canonical(chat: ChatRequest) -> CanonicalRequest:
