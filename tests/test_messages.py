@@ -771,7 +771,10 @@ def test_the_model_list_is_anthropic_shaped_when_anthropic_asks(fake_catalog, cl
     plain = httpx.get(f"{live_gateway.url}/v1/models", headers={"x-api-key": token}).json()
 
     ids = [model.id for model in page.data]
-    assert ids == ["auto", "claude-opus-4-5", "claude-sonnet-4-5", "claude-haiku-4-5", "auto:default", "m", "solo"]
+    assert ids == [
+        *("auto", "claude-opus-4-5", "claude-sonnet-4-5", "claude-haiku-4-5"),
+        *("auto:fast", "auto:reliable", "auto:balanced", "auto:default", "m", "solo"),
+    ]
     assert page.data[0].display_name == "Auto (router picks the best available model)"
     assert page.data[2].display_name == "Sonnet slot (auto-routed to a free model)"
     assert page.data[-1].display_name == "Solo"
@@ -783,7 +786,15 @@ def test_the_model_list_is_anthropic_shaped_when_anthropic_asks(fake_catalog, cl
     }
     assert (raw["has_more"], raw["first_id"], raw["last_id"]) == (False, "auto", "solo")
     assert plain["object"] == "list"
-    assert [entry["id"] for entry in plain["data"]] == ["auto", "auto:default", "m", "solo"]
+    assert [entry["id"] for entry in plain["data"]] == [
+        "auto",
+        "auto:fast",
+        "auto:reliable",
+        "auto:balanced",
+        "auto:default",
+        "m",
+        "solo",
+    ]
 
 
 def test_the_anthropic_model_list_refuses_a_bad_key_in_the_anthropic_shape(fake_catalog, live_gateway):

@@ -34,7 +34,16 @@ def test_it_lists_auto_profiles_and_each_public_model_once(live_gateway, catalog
 
     ids = [model.id for model in client.models.list()]
 
-    assert ids == ["auto", "auto:default", "auto:Coding", "shared", "toolless"]
+    assert ids == [
+        "auto",
+        "auto:fast",
+        "auto:reliable",
+        "auto:balanced",
+        "auto:default",
+        "auto:Coding",
+        "shared",
+        "toolless",
+    ]
 
 
 def test_models_carry_capability_flags_merged_across_providers(live_gateway, catalog, gateway_key):

@@ -1,4 +1,5 @@
-"""GET /v1/models in the OpenAI list shape: `auto`, `auto:<profile>` for each profile, then every
+"""GET /v1/models in the OpenAI list shape: `auto` and its strategies (`auto:fast`, `auto:reliable`,
+`auto:balanced`), `auto:<profile>` for each profile, then every
 enabled public model id once (however many providers serve it), with capability flags.
 
 Only what the caller's key may use is listed, so a key limited to some profiles or models sees
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.http import Request, Response, json_response
+from gateway.routing.strategies import BALANCED, FAST, RELIABLE, strategy_named
 from gateway.snapshot import KeyGrant, ModelInfo, Snapshot
 from gateway.surfaces.anthropic import anthropic_error
 from gateway.surfaces.common import data_plane_view
@@ -35,8 +37,19 @@ def _auto_entries(snapshot: Snapshot, grant: KeyGrant) -> list[dict[str, Any]]:
                 "name": f"Auto (the {default.name} profile's fallback chain)",
             }
         )
+        for strategy in (FAST, RELIABLE, BALANCED):
+            entries.append(
+                {
+                    "id": f"auto:{strategy}",
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": OWNER,
+                    "name": f"Auto ({default.name} profile's chain, {strategy} first)",
+                }
+            )
     for profile in sorted(snapshot.profiles.values(), key=lambda p: (not p.is_default, p.name.lower())):
-        if grant.may_use(profile.name):
+        # A profile named like a strategy cannot be reached as auto:<name>; it is not offered.
+        if grant.may_use(profile.name) and strategy_named(profile.name) is None:
             entries.append(
                 {
                     "id": f"auto:{profile.name}",
@@ -90,8 +103,10 @@ def anthropic_model_list(snapshot: Snapshot, grant: KeyGrant) -> dict[str, Any]:
         data.append(entry("auto", "Auto (router picks the best available model)"))
         if models:
             data += [entry(slot, f"{label} slot (auto-routed to a free model)") for slot, label in FAMILY_SLOTS]
+        data += [entry(f"auto:{strategy}", f"Auto ({strategy} first)") for strategy in (FAST, RELIABLE, BALANCED)]
     for profile in sorted(snapshot.profiles.values(), key=lambda p: (not p.is_default, p.name.lower())):
-        if grant.may_use(profile.name):
+        # A profile named like a strategy cannot be reached as auto:<name>; it is not offered.
+        if grant.may_use(profile.name) and strategy_named(profile.name) is None:
             data.append(entry(f"auto:{profile.name}", f"Auto ({profile.name} profile)"))
     data += [entry(public_id, members[0].display_name) for public_id, members in models]
     return {
