@@ -27,6 +27,7 @@ class Surface:
     path: str
     body: Callable[[str], dict[str, Any]]
     error: Callable[[dict[str, Any]], dict[str, Any]]  # the error object inside the surface's shape
+    max_tokens_field: str = "max_tokens"
     with_tools: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     headers: tuple[tuple[str, str], ...] = ()
 
@@ -37,7 +38,7 @@ SURFACES = [
         "/v1/chat/completions",
         lambda model: {"model": model, "messages": [{"role": "user", "content": "hi"}]},
         lambda body: body["error"],
-        lambda body: {**body, "tools": TOOLS_CHAT},
+        with_tools=lambda body: {**body, "tools": TOOLS_CHAT},
     ),
     Surface(
         "completions",
@@ -50,15 +51,19 @@ SURFACES = [
         "/v1/messages",
         lambda model: {"model": model, "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]},
         lambda body: body["error"] if body.get("type") == "error" else {},
-        lambda body: {**body, "tools": [{"name": "lookup", "input_schema": {"type": "object"}}]},
-        (("anthropic-version", "2023-06-01"),),
+        with_tools=lambda body: {**body, "tools": [{"name": "lookup", "input_schema": {"type": "object"}}]},
+        headers=(("anthropic-version", "2023-06-01"),),
     ),
     Surface(
         "responses",
         "/v1/responses",
         lambda model: {"model": model, "input": "hi"},
         lambda body: body["error"],
-        lambda body: {**body, "tools": [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]},
+        max_tokens_field="max_output_tokens",
+        with_tools=lambda body: {
+            **body,
+            "tools": [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}],
+        },
     ),
 ]
 
@@ -125,4 +130,15 @@ def test_tools_for_a_chain_without_a_tool_model_are_a_422_before_any_upstream(ca
 
     assert response.status_code == 422
     assert surface.error(response.json())["code"] == "no_tools_model"
+    assert catalog.requests == []
+
+
+def test_a_request_over_the_token_budget_is_a_413_in_the_surfaces_shape(catalog, live_gateway, owner, surface):
+    services.setting_set(name="request_max_tokens_budget", value=1000)
+    token = key(owner)
+
+    refused = post(live_gateway, token, surface, {**surface.body("auto"), surface.max_tokens_field: 5000})
+
+    assert refused.status_code == 413
+    assert surface.error(refused.json())["code"] == "request_token_budget"
     assert catalog.requests == []
