@@ -70,6 +70,21 @@ async def test_the_request_carries_the_upstream_model_the_key_and_every_client_k
     assert sent.json["stream"] is True
 
 
+async def test_a_gemini_thought_signature_on_a_tool_call_is_not_forwarded(fake_upstream):
+    fake_upstream.enqueue(Reply.chat("ok"))
+    signed = {"id": "c1", "type": "function", "function": {"name": "now", "arguments": "{}"}, "thought_signature": "s"}
+    messages = [
+        Message(role="user", content="hi"),
+        Message(role="assistant", tool_calls=[signed]),
+        Message(role="tool", tool_call_id="c1", content="noon"),
+    ]
+
+    await collect(fake_upstream, CanonicalRequest(model="m", messages=messages))
+
+    (sent_call,) = fake_upstream.requests[0].json["messages"][1]["tool_calls"]
+    assert sent_call == {"id": "c1", "type": "function", "function": {"name": "now", "arguments": "{}"}}
+
+
 async def test_a_keyless_provider_sends_no_authorization(fake_upstream):
     fake_upstream.enqueue(Reply.chat("ok"))
     async with aiohttp.ClientSession() as session:

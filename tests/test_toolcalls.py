@@ -52,6 +52,15 @@ def test_the_first_non_empty_id_wins() -> None:
     assert buffer.assemble(SCHEMAS)[0].id == "call_first"
 
 
+def test_the_first_non_empty_signature_wins_and_a_call_without_one_has_none() -> None:
+    buffer = ToolCallBuffer()
+    buffer.add(0, "call_1", "now", "{}", "")
+    buffer.add(0, None, None, None, "sig-first")
+    buffer.add(0, None, None, None, "sig-second")
+    buffer.add(1, "call_2", "now", "{}")
+    assert [call.signature for call in buffer.assemble(SCHEMAS)] == ["sig-first", None]
+
+
 def test_name_fragments_are_concatenated() -> None:
     buffer = ToolCallBuffer()
     for fragment in ("get_", "wea", "ther"):

@@ -51,7 +51,7 @@ def request_body(request: CanonicalRequest, target: UpstreamTarget) -> dict[str,
     """The upstream JSON: the client's knobs verbatim, the routed upstream model id."""
     body: dict[str, Any] = dict(request.params)
     body["model"] = target.model.upstream_id
-    body["messages"] = [message.model_dump(exclude_none=True) for message in request.messages]
+    body["messages"] = [_without_signatures(message.model_dump(exclude_none=True)) for message in request.messages]
     for name in ("max_tokens", "stop", "tools", "tool_choice", "response_format", "reasoning_effort"):
         value = getattr(request, name)
         if value is not None:
@@ -65,6 +65,15 @@ def request_body(request: CanonicalRequest, target: UpstreamTarget) -> dict[str,
         body.pop("stream", None)
         body.pop("stream_options", None)
     return body
+
+
+def _without_signatures(message: dict[str, Any]) -> dict[str, Any]:
+    """The message without the `thought_signature` a Gemini tool call carries between turns: it
+    is Gemini's to read, and strict OpenAI-compatible servers reject unknown tool-call fields."""
+    calls = message.get("tool_calls")
+    if calls and any("thought_signature" in call for call in calls):
+        message["tool_calls"] = [{k: v for k, v in call.items() if k != "thought_signature"} for call in calls]
+    return message
 
 
 def usage_event(raw: dict[str, Any]) -> Usage:

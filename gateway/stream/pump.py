@@ -111,7 +111,7 @@ class Pump:
             self._commit(out)
             out.append(event)
         elif isinstance(event, ToolCallDelta):
-            self._tools.add(event.index, event.id, event.name, event.arguments)
+            self._tools.add(event.index, event.id, event.name, event.arguments, event.signature)
         elif isinstance(event, Meta):
             self._meta = _merge_meta(self._meta, event)
         elif isinstance(event, Usage):

@@ -29,6 +29,9 @@ class ToolCall:
     id: str
     name: str
     arguments: str
+    # The provider's opaque signature of the call (Gemini's thoughtSignature): surfaces hand it to
+    # the client, the client echoes it with the call, and the provider gets it back next turn.
+    signature: str | None = None
 
 
 def _reject_constant(name: str) -> Any:
@@ -163,6 +166,7 @@ class _Pending:
     id: str = ""
     name: str = ""
     arguments: list[str] = field(default_factory=list)
+    signature: str = ""
 
 
 class ToolCallBuffer:
@@ -176,13 +180,22 @@ class ToolCallBuffer:
     def __len__(self) -> int:
         return len(self._calls)
 
-    def add(self, index: int | None, id: str | None, name: str | None, arguments: str | None) -> None:
+    def add(
+        self,
+        index: int | None,
+        id: str | None,
+        name: str | None,
+        arguments: str | None,
+        signature: str | None = None,
+    ) -> None:
         key = 0 if index is None else index
         call = self._calls.get(key)
         if call is None:
             call = self._calls[key] = _Pending()
         if id and not call.id:
             call.id = id
+        if signature and not call.signature:
+            call.signature = signature
         if name and name != call.name:
             call.name += name
         if arguments:
@@ -206,5 +219,5 @@ class ToolCallBuffer:
             if not call_id:
                 synthesized += 1
                 call_id = f"call_stream_{synthesized}"
-            calls.append(ToolCall(call_id, pending.name, arguments))
+            calls.append(ToolCall(call_id, pending.name, arguments, pending.signature or None))
         return calls

@@ -118,6 +118,15 @@ def _tool_input(arguments: str) -> dict[str, Any]:
     return value if ok and isinstance(value, dict) else {}
 
 
+def tool_use_block(call: ToolCall, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A tool_use block; a provider-issued signature rides along as `thought_signature` (§1.5
+    step 5), which the request side maps back onto the call (§1.2)."""
+    block: dict[str, Any] = {"type": "tool_use", "id": call.id, "name": call.name, "input": arguments}
+    if call.signature:
+        block["thought_signature"] = call.signature
+    return block
+
+
 def _event(name: str, data: dict[str, Any]) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
@@ -225,7 +234,7 @@ class EventWriter:
     def _tool_use(self, call: ToolCall) -> bytes:
         """One complete tool_use block; its input streams as JSON text, as Anthropic streams it."""
         self.output_chars += len(call.arguments)
-        block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
+        block = tool_use_block(call, {})
         return (
             self._block_start(block)
             + self._delta({"type": "input_json_delta", "partial_json": call.arguments})
@@ -276,7 +285,7 @@ def message_body(outputs: list[Output], *, model: str, input_tokens: int) -> dic
     chars = len(answer.reasoning) + len(answer.text)
     for call in answer.calls:
         chars += len(call.arguments)
-        content.append({"type": "tool_use", "id": call.id, "name": call.name, "input": _tool_input(call.arguments)})
+        content.append(tool_use_block(call, _tool_input(call.arguments)))
     return {
         "id": message_id(),
         "type": "message",

@@ -16,6 +16,7 @@ import orjson
 
 from gateway.http import Request, Response, StreamingResponse, json_response
 from gateway.ids import random_hex
+from gateway.stream.toolcalls import ToolCall
 from gateway.surfaces.common import data_plane_view, serve
 from gateway.surfaces.openai_stream import MAX_STOP_SEQUENCES, parse_body, sse_body, stream_error_frame, usage_body
 from gateway.turn import Served
@@ -88,6 +89,20 @@ def canonical(chat: ChatRequest) -> CanonicalRequest:
     )
 
 
+def tool_call_body(call: ToolCall) -> dict[str, Any]:
+    """One tool call on the OpenAI wire. A provider-issued signature rides along as
+    `thought_signature`, the field the reference uses, so a client that echoes the call back
+    echoes the signature too and the provider gets it on the next turn."""
+    body: dict[str, Any] = {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+    if call.signature:
+        body["thought_signature"] = call.signature
+    return body
+
+
 class ChunkWriter:
     """OpenAI `chat.completion.chunk` frames for one served turn."""
 
@@ -121,15 +136,7 @@ class ChunkWriter:
             self.fingerprint = output.system_fingerprint
             return self._frame({"role": "assistant", "content": ""})
         if isinstance(output, ToolCalls):
-            calls = [
-                {
-                    "index": index,
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments},
-                }
-                for index, call in enumerate(output.calls)
-            ]
+            calls = [{"index": index, **tool_call_body(call)} for index, call in enumerate(output.calls)]
             return self._frame({"tool_calls": calls})
         if isinstance(output, Finish):
             return self._frame({}, finish=output.reason)
@@ -152,9 +159,7 @@ class ChunkWriter:
 
 async def completion_body(served: Served) -> dict[str, Any]:
     answer = Answer.of([output async for batch in served.outputs for output in batch])
-    calls = [
-        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in answer.calls
-    ]
+    calls = [tool_call_body(call) for call in answer.calls]
     meta, usage = answer.meta, answer.usage
     message: dict[str, Any] = {"role": "assistant", "content": answer.text or (None if calls else "")}
     if answer.reasoning:

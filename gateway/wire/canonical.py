@@ -93,6 +93,7 @@ class ToolCallDelta:
     id: str | None = None
     name: str | None = None
     arguments: str = ""
+    signature: str | None = None  # an opaque, provider-issued signature of the call (Gemini's thoughtSignature)
 
 
 @dataclass(frozen=True, slots=True)
