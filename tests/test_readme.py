@@ -6,6 +6,10 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
+from gateway.config import apply_config
+from gateway.models import Provider
 from gateway.settings_registry import SETTINGS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,3 +42,21 @@ def test_every_environment_variable_the_settings_read_is_documented():
 
     assert read
     assert read <= set(table_rows("Environment variables"))
+
+
+@pytest.mark.django_db
+def test_the_yaml_example_applies_as_it_stands(tmp_path, monkeypatch):
+    block = re.search(r"```yaml\n(providers:.*?)```", README, re.DOTALL)
+    assert block, "the README's YAML example is gone"
+    for variable in set(re.findall(r"env:([A-Z_]+)", block.group(1))):
+        monkeypatch.setenv(variable, f"sk-example-{variable.lower()}-0123456789")
+    path = tmp_path / "example.yaml"
+    path.write_text(block.group(1))
+
+    apply_config(path)
+
+    assert set(Provider.objects.values_list("name", "kind")) == {
+        ("groq", "openai"),
+        ("google", "gemini"),
+        ("claude", "anthropic"),
+    }

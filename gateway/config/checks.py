@@ -80,7 +80,8 @@ class _Checker:
     def _providers(self) -> None:
         self._unique("providers", ".name", [(p.name, p.name) for p in self.spec.providers], "provider")
         for i, provider in enumerate(self.spec.providers):
-            if provider.kind != "demo" and provider.base_url is None:
+            # The demo needs none; the native adapters default to Google's and Anthropic's APIs.
+            if provider.kind == "openai" and provider.base_url is None:
                 self.problem(f"providers[{i}].base_url", f"required for kind {provider.kind}")
             labels = [(key.label, str(key.label)) for key in provider.keys]
             self._unique(f"providers[{i}].keys", "", labels, "key label")

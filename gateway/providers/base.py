@@ -78,7 +78,7 @@ def register(adapter: type[ProviderAdapter]) -> type[ProviderAdapter]:
 
 
 def _load_adapters() -> None:
-    from gateway.providers import demo, openai_compat  # noqa: F401  (they register themselves)
+    from gateway.providers import anthropic, demo, gemini, openai_compat  # noqa: F401  (they register themselves)
 
 
 def has_adapter(kind: str) -> bool:

@@ -4,7 +4,9 @@ It protects the same decision as ``tests.fakes.upstream`` (real HTTP on loopback
 other side: a ``Reply`` is an immutable script, encoded to exact bytes when it is built, so the server
 only plays bytes and a test reads what will go on the wire. The builders produce OpenAI's shapes
 (``chat.completion``, ``chat.completion.chunk``, the error body) realistically enough for the official
-SDK to parse; ``raw=True`` and ``SSEEvent`` cover what OpenAI's shapes do not.
+SDK to parse, and the ``anthropic_*`` builders Anthropic's native Messages shapes (the event stream, the
+``Message`` body, the error body) realistically enough for the official anthropic SDK; ``raw=True`` and
+``SSEEvent`` cover what neither does.
 """
 
 from __future__ import annotations
@@ -17,9 +19,35 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["Headers", "RecordedRequest", "Reply", "ReplySource", "SSEEvent", "default_reply", "echo_text"]
+__all__ = [
+    "Headers",
+    "RecordedRequest",
+    "Reply",
+    "ReplySource",
+    "SSEEvent",
+    "anthropic_error_event",
+    "anthropic_events",
+    "anthropic_reply",
+    "default_reply",
+    "echo_text",
+]
 
 _completion_ids = itertools.count(1)
+# Anthropic's error type for each status (docs: "Errors"); 529 is its "overloaded" status.
+_ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+# Thinking blocks carry an opaque signature; any base64-looking string stands in for it.
+_SIGNATURE = "ZmFrZS1zaWduYXR1cmU="
 _DEFAULT_ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -279,6 +307,84 @@ class Reply:
         return cls.sse(frames, **sse_kwargs)
 
     @classmethod
+    def anthropic_stream(
+        cls,
+        text_chunks: Sequence[str] = (),
+        *,
+        thinking: Sequence[str] = (),
+        tool_calls: Sequence[tuple[str, str | Mapping[str, Any]]] = (),
+        fragments: int = 3,
+        model: str = "claude-fake",
+        stop_reason: str | None = None,
+        usage: Mapping[str, Any] | None = None,
+        **sse_kwargs: Any,
+    ) -> Reply:
+        """A native Anthropic Messages stream (see ``anthropic_events``), with no ``[DONE]``: Anthropic
+        ends with ``message_stop``. ``sse_kwargs`` are those of ``Reply.sse`` (``close_after`` counts events)."""
+        events = anthropic_events(
+            text_chunks,
+            thinking=thinking,
+            tool_calls=tool_calls,
+            fragments=fragments,
+            model=model,
+            stop_reason=stop_reason,
+            usage=usage,
+        )
+        return cls.sse(events, done=False, **sse_kwargs)
+
+    @classmethod
+    def anthropic_message(
+        cls,
+        text: str | None = None,
+        *,
+        thinking: str | None = None,
+        tool_calls: Sequence[tuple[str, Mapping[str, Any]]] = (),
+        model: str = "claude-fake",
+        stop_reason: str | None = None,
+        usage: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        delay_s: float = 0,
+    ) -> Reply:
+        """A native Anthropic ``Message`` body: thinking, text and ``tool_use`` blocks in that order.
+
+        ``stop_reason`` defaults to ``tool_use`` with tool calls, else ``end_turn``; ``usage`` entries
+        override the defaults (10 input tokens, a word count of the text as output)."""
+        content: list[dict[str, Any]] = []
+        if thinking:
+            content.append({"type": "thinking", "thinking": thinking, "signature": _SIGNATURE})
+        if text:
+            content.append({"type": "text", "text": text})
+        for index, (name, arguments) in enumerate(tool_calls):
+            content.append({"type": "tool_use", "id": f"toolu_fake_{index}", "name": name, "input": dict(arguments)})
+        counts = _anthropic_usage(" ".join(filter(None, (thinking, text))), usage)
+        body = {
+            "id": f"msg_fake_{next(_completion_ids)}",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": content,
+            "stop_reason": stop_reason or ("tool_use" if tool_calls else "end_turn"),
+            "stop_sequence": None,
+            "usage": counts,
+        }
+        return cls.json(body, headers=headers, delay_s=delay_s)
+
+    @classmethod
+    def anthropic_error(
+        cls,
+        status: int,
+        message: str,
+        *,
+        type: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        delay_s: float = 0,
+    ) -> Reply:
+        """An error in Anthropic's shape, ``{"type": "error", "error": {"type", "message"}, "request_id"}``;
+        ``type`` defaults to Anthropic's type for ``status`` (529 ``overloaded_error``)."""
+        body = _anthropic_error_body(type or _ANTHROPIC_ERROR_TYPES.get(status, "api_error"), message)
+        return cls.json(body, status=status, headers=headers, delay_s=delay_s)
+
+    @classmethod
     def hang(cls) -> Reply:
         """Read the request and never answer, until the client goes away."""
         return cls(kind="hang")
@@ -290,6 +396,82 @@ class Reply:
 
 
 ReplySource = Reply | Callable[[RecordedRequest], Reply]
+
+
+def anthropic_events(
+    text_chunks: Sequence[str] = (),
+    *,
+    thinking: Sequence[str] = (),
+    tool_calls: Sequence[tuple[str, str | Mapping[str, Any]]] = (),
+    fragments: int = 3,
+    model: str = "claude-fake",
+    stop_reason: str | None = None,
+    usage: Mapping[str, Any] | None = None,
+) -> list[SSEEvent]:
+    """The events of one native Anthropic stream, for tests that splice in their own (an ``error``).
+
+    ``message_start`` (input usage, ``output_tokens: 1``), ``ping``, then one block each for the thinking
+    chunks (``thinking_delta`` per chunk, then a ``signature_delta``), the text chunks (``text_delta`` per
+    chunk) and every ``(name, arguments)`` tool call (``tool_use`` start with ``input: {}``, an empty
+    ``input_json_delta`` as Anthropic sends first, then the arguments JSON in ``fragments`` pieces), each
+    closed by ``content_block_stop``; ``message_delta`` with the stop reason (``tool_use`` with tool
+    calls, else ``end_turn``) and the output usage; ``message_stop``.
+    """
+    counts = _anthropic_usage(" ".join([*thinking, *text_chunks]), usage)
+    opening = {key: value for key, value in counts.items() if key != "output_tokens"}
+    message = {
+        "id": f"msg_fake_{next(_completion_ids)}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {**opening, "output_tokens": 1},
+    }
+    blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    if thinking:
+        deltas = [{"type": "thinking_delta", "thinking": chunk} for chunk in thinking]
+        deltas.append({"type": "signature_delta", "signature": _SIGNATURE})
+        blocks.append(({"type": "thinking", "thinking": "", "signature": ""}, deltas))
+    if text_chunks:
+        blocks.append(({"type": "text", "text": ""}, [{"type": "text_delta", "text": chunk} for chunk in text_chunks]))
+    for number, (name, arguments) in enumerate(tool_calls):
+        pieces = ["", *_fragments(_arguments_text(arguments), fragments)]
+        block = {"type": "tool_use", "id": f"toolu_fake_{number}", "name": name, "input": {}}
+        blocks.append((block, [{"type": "input_json_delta", "partial_json": piece} for piece in pieces]))
+    events = [
+        _anthropic_event("message_start", {"message": message}),
+        _anthropic_event("ping", {}),
+    ]
+    for index, (block, deltas) in enumerate(blocks):
+        events.append(_anthropic_event("content_block_start", {"index": index, "content_block": block}))
+        events += [_anthropic_event("content_block_delta", {"index": index, "delta": delta}) for delta in deltas]
+        events.append(_anthropic_event("content_block_stop", {"index": index}))
+    stop = stop_reason or ("tool_use" if tool_calls else "end_turn")
+    delta = {"delta": {"stop_reason": stop, "stop_sequence": None}, "usage": {"output_tokens": counts["output_tokens"]}}
+    events.append(_anthropic_event("message_delta", delta))
+    events.append(_anthropic_event("message_stop", {}))
+    return events
+
+
+def anthropic_error_event(error_type: str, message: str) -> SSEEvent:
+    """An in-band ``event: error`` frame, as Anthropic sends one mid-stream (``overloaded_error``...)."""
+    return SSEEvent(_anthropic_error_body(error_type, message), event="error")
+
+
+def anthropic_reply(request: RecordedRequest) -> Reply:
+    """``default_reply`` for a fake Anthropic upstream (``fake.set_default(anthropic_reply)``): the same
+    echo, as a native stream or ``Message``; ``GET …/models`` still gets the model list."""
+    if request.method == "GET":
+        return default_reply(request)
+    body = request.json if isinstance(request.json, dict) else {}
+    text = echo_text(request)
+    model = request.model or "claude-fake"
+    usage = {"input_tokens": len(_prompt_words(body))}
+    if body.get("stream") is True:
+        return Reply.anthropic_stream(re.findall(r"\s*\S+", text), model=model, usage=usage)
+    return Reply.anthropic_message(text, model=model, usage=usage)
 
 
 class _ChunkFactory:
@@ -398,7 +580,122 @@ def _encode_frame(frame: SSEFrame, *, eol: bytes, raw: bool) -> bytes:
     return eol.join(lines) + eol + eol
 
 
+def _anthropic_event(name: str, payload: Mapping[str, Any]) -> SSEEvent:
+    return SSEEvent({"type": name, **payload}, event=name)
+
+
+def _anthropic_usage(text: str, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    counts: dict[str, Any] = {
+        "input_tokens": 10,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "output_tokens": len(text.split()),
+    }
+    counts.update(overrides or {})
+    return counts
+
+
+def _anthropic_error_body(error_type: str, message: str) -> dict[str, Any]:
+    return {
+        "type": "error",
+        "error": {"type": error_type, "message": message},
+        "request_id": f"req_fake_{next(_completion_ids)}",
+    }
+
+
 def _merge_headers(defaults: list[tuple[str, str]], extra: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
     overridden = {name.lower() for name in extra or {}}
     kept = [(name, value) for name, value in defaults if name.lower() not in overridden]
     return (*kept, *(extra or {}).items())
+
+
+# Native Gemini replies (generateContent, streamGenerateContent?alt=sse), for the Gemini adapter's tests.
+
+_GEMINI_STATUS_NAMES = {
+    400: "INVALID_ARGUMENT",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+def gemini_usage(prompt: int, candidates: int, *, thoughts: int = 0) -> dict[str, int]:
+    """A ``usageMetadata`` object; Google's total counts thinking too."""
+    usage = {"promptTokenCount": prompt, "candidatesTokenCount": candidates, "totalTokenCount": prompt + candidates}
+    if thoughts:
+        usage["thoughtsTokenCount"] = thoughts
+        usage["totalTokenCount"] += thoughts
+    return usage
+
+
+def gemini_frame(
+    *parts: Mapping[str, Any],
+    finish_reason: str | None = None,
+    usage: Mapping[str, Any] | None = None,
+    block_reason: str | None = None,
+    response_id: str = "gemini-response-1",
+    model_version: str = "gemini-2.5-flash",
+) -> dict[str, Any]:
+    """One ``GenerateContentResponse``: a whole non-stream body, or one frame of a stream. Parts are
+    Gemini parts as given (``{"text": ...}``, ``{"text": ..., "thought": True}``,
+    ``{"functionCall": {...}, "thoughtSignature": ...}``). ``block_reason`` makes it a blocked prompt:
+    ``promptFeedback`` and no candidates, as Google answers one."""
+    frame: dict[str, Any] = {}
+    if block_reason is not None:
+        frame["promptFeedback"] = {"blockReason": block_reason}
+    else:
+        candidate: dict[str, Any] = {"content": {"role": "model", "parts": [dict(part) for part in parts]}, "index": 0}
+        if finish_reason is not None:
+            candidate["finishReason"] = finish_reason
+        frame["candidates"] = [candidate]
+    if usage is not None:
+        frame["usageMetadata"] = dict(usage)
+    frame["modelVersion"] = model_version
+    frame["responseId"] = response_id
+    return frame
+
+
+def gemini_stream(*frames: Mapping[str, Any], **sse_kwargs: Any) -> Reply:
+    """A ``streamGenerateContent?alt=sse`` body: one ``data:`` event per frame, CRLF-terminated, and no
+    ``[DONE]`` (Google ends the body after the frame carrying ``finishReason``)."""
+    return Reply.sse(list(frames), done=False, crlf=True, **sse_kwargs)
+
+
+def gemini_response(
+    *parts: Mapping[str, Any], finish_reason: str = "STOP", usage: Mapping[str, Any] | None = None, **frame_kwargs: Any
+) -> Reply:
+    """A ``generateContent`` body with ``parts``; ``usage`` defaults to a small ``usageMetadata``."""
+    usage = usage if usage is not None else gemini_usage(4, 2)
+    return Reply.json(gemini_frame(*parts, finish_reason=finish_reason, usage=usage, **frame_kwargs))
+
+
+def gemini_error(
+    status: int,
+    message: str,
+    *,
+    reason: str | None = None,
+    retry_delay: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Reply:
+    """Google's error body: ``{"error": {"code", "message", "status", "details"}}``, with an ``ErrorInfo``
+    detail when ``reason`` is given (``API_KEY_INVALID``) and a ``RetryInfo`` when ``retry_delay`` is
+    (``"17s"``)."""
+    details: list[dict[str, Any]] = []
+    if reason is not None:
+        details.append(
+            {
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": reason,
+                "domain": "googleapis.com",
+                "metadata": {"service": "generativelanguage.googleapis.com"},
+            }
+        )
+    if retry_delay is not None:
+        details.append({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry_delay})
+    error: dict[str, Any] = {"code": status, "message": message, "status": _GEMINI_STATUS_NAMES.get(status, "UNKNOWN")}
+    if details:
+        error["details"] = details
+    return Reply.json({"error": error}, status=status, headers=headers)
