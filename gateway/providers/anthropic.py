@@ -4,7 +4,7 @@ It protects the promise that a Claude model behind the gateway is a first-class 
 one reached through an OpenAI-compatible shim that loses tool use, thinking and cache counts.
 Canonical request → `POST <root>/v1/messages`; Anthropic's SSE events (or Message body) →
 canonical events; every failure leaves as one `UpstreamFailure` worded and classified like
-every other provider's. Transport, timeouts, pooling and draining are openai_compat's.
+every other provider's. Transport, timeouts, pooling and draining are http_adapter's, as for every provider.
 
 Decisions this module makes, each because the Messages API differs from OpenAI's chat:
 
@@ -36,26 +36,17 @@ Decisions this module makes, each because the Messages API differs from OpenAI's
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-import aiohttp
 import orjson
 
 from gateway.errors import UpstreamFailure
 from gateway.providers.backoff import error_code, error_text
-from gateway.providers.base import KeyCheck, KeyOutcome, ProviderAdapter, UpstreamTarget, register
-from gateway.providers.openai_compat import (
-    STALL_TIMEOUT_S,
-    TRANSPORT_ERRORS,
-    _drained,
-    _failure,
-    _transport_failure,
-)
-from gateway.routing.redact import redact
+from gateway.providers.base import UpstreamTarget, register
+from gateway.providers.http_adapter import HttpProviderAdapter, TimedReads
 from gateway.stream.sse import SSEDecoder
 from gateway.stream.toolcalls import parse_json
 from gateway.wire.canonical import (
@@ -429,32 +420,10 @@ class StreamReader:
         # so it is dropped here, and request_body keeps thinking off for tool-use histories.
 
 
-async def _read_stream(
-    response: aiohttp.ClientResponse, name: str, first_byte_s: float | None, stall_s: float
-) -> AsyncIterator[Batch]:
+async def _read_stream(reads: TimedReads, name: str) -> AsyncIterator[Batch]:
     decoder = SSEDecoder()
     reader = StreamReader()
-    chunks = response.content.iter_any()
-    wait = first_byte_s
-    first = True
-    while True:
-        try:
-            async with asyncio.timeout(wait):
-                chunk = await anext(chunks)
-        except StopAsyncIteration:
-            break
-        except TimeoutError as exc:
-            if first:
-                raise UpstreamFailure(
-                    f"{name} stream: no first byte within {int((wait or 0) * 1000)}ms (first-byte timeout)",
-                    timeout=True,
-                ) from exc
-            raise UpstreamFailure(
-                f"{name} stream stalled: no data for {int(stall_s * 1000)}ms (timeout)", timeout=True
-            ) from exc
-        except TRANSPORT_ERRORS:
-            break  # a cut body is an end of stream, judged below like any EOF
-        wait, first = stall_s, False
+    while (chunk := await reads.next()) is not None:
         batch: Batch = []
         for message in decoder.feed(chunk):
             try:
@@ -484,48 +453,13 @@ async def _read_stream(
 
 
 @register
-class AnthropicProvider(ProviderAdapter):
+class AnthropicProvider(HttpProviderAdapter):
     kind = "anthropic"
-    key_check_timeout_s = 10.0
 
-    def __init__(
-        self, *, session: aiohttp.ClientSession | None = None, stall_timeout_s: float = STALL_TIMEOUT_S
-    ) -> None:
-        super().__init__(session=session)
-        self.stall_timeout_s = stall_timeout_s
+    def url(self, request: CanonicalRequest, target: UpstreamTarget) -> str:
+        return api_root(target.provider.base_url) + "/v1/messages"
 
-    def stream(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Batch]:
-        if request.stream:
-            return self._stream(request, target)
-        return self._complete(request, target)
-
-    async def check_key(self, target: UpstreamTarget) -> KeyCheck:
-        """`GET <root>/v1/models` with the key: 2xx accepts it, 401/403 refuse it, anything else
-        (429, 5xx, 529, a timeout, no connection) says nothing about the key."""
-        name = target.provider.name
-        timeout = self.key_check_timeout_s
-        try:
-            async with asyncio.timeout(timeout):
-                async with self._session().get(
-                    api_root(target.provider.base_url) + "/v1/models",
-                    headers=self._headers(target),
-                    allow_redirects=False,
-                ) as response:
-                    raw = await response.read()
-                    status, reason, headers = response.status, response.reason, response.headers
-        except TimeoutError:
-            return KeyCheck(KeyOutcome.UNKNOWN, f"{name} key check timed out after {timeout:g}s")
-        except TRANSPORT_ERRORS as exc:
-            return KeyCheck(KeyOutcome.UNKNOWN, f"{name} key check failed: {type(exc).__name__}")
-        except RuntimeError as exc:
-            return KeyCheck(KeyOutcome.UNKNOWN, f"{name} key check impossible: {exc}")
-        if 200 <= status < 300:
-            return KeyCheck(KeyOutcome.VALID, f"{name} accepted the key (HTTP {status})")
-        message = redact(_failure(target, status, reason, headers, raw).message, limit=500)
-        outcome = KeyOutcome.INVALID if status in (401, 403) else KeyOutcome.UNKNOWN
-        return KeyCheck(outcome, message)
-
-    def _headers(self, target: UpstreamTarget) -> dict[str, str]:
+    def headers(self, target: UpstreamTarget) -> dict[str, str]:
         headers = {
             "content-type": "application/json",
             "accept-encoding": "gzip, deflate",
@@ -535,68 +469,17 @@ class AnthropicProvider(ProviderAdapter):
             headers["x-api-key"] = target.key.secret
         return headers
 
-    def _session(self) -> aiohttp.ClientSession:
-        if self.session is None:
-            raise RuntimeError("the Anthropic adapter needs an aiohttp.ClientSession")
-        return self.session
+    def body(self, request: CanonicalRequest, target: UpstreamTarget) -> dict[str, Any]:
+        return request_body(request, target)
 
-    async def _post(self, request: CanonicalRequest, target: UpstreamTarget) -> aiohttp.ClientResponse:
-        return await self._session().post(
-            api_root(target.provider.base_url) + "/v1/messages",
-            data=orjson.dumps(request_body(request, target)),
-            headers=self._headers(target),
-            allow_redirects=False,
-        )
+    def key_check_url(self, target: UpstreamTarget) -> str:
+        """`GET <root>/v1/models`: a 401/403 refuses the key; 429, 5xx and 529 say nothing about it."""
+        return api_root(target.provider.base_url) + "/v1/models"
 
-    async def _complete(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Batch]:
-        name = target.provider.name
-        timeout = target.provider.timeout_s or None
-        try:
-            async with asyncio.timeout(timeout):
-                async with await self._post(request, target) as response:
-                    raw = await response.read()
-                    if response.status >= 400:
-                        raise _failure(target, response.status, response.reason, response.headers, raw)
-            payload = orjson.loads(raw)
-        except TimeoutError as exc:
-            raise UpstreamFailure(f"{name} request timed out after {timeout:g}s (timeout)", timeout=True) from exc
-        except TRANSPORT_ERRORS as exc:
-            raise _transport_failure(target, exc) from exc
-        except orjson.JSONDecodeError as exc:
-            raise UpstreamFailure(f"{name} returned a non-JSON body") from exc
+    def answer_events(self, payload: Any, raw: bytes, target: UpstreamTarget) -> Batch:
         if not isinstance(payload, dict) or not isinstance(payload.get("content"), list):
-            raise in_band_failure(name, payload if isinstance(payload, dict) else {})
-        yield message_events(payload)
+            raise in_band_failure(target.provider.name, payload if isinstance(payload, dict) else {})
+        return message_events(payload)
 
-    async def _stream(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Batch]:
-        name = target.provider.name
-        first_byte_s = max(target.provider.timeout_s or 0, self.stall_timeout_s) or None
-        try:
-            async with asyncio.timeout(first_byte_s):
-                response = await self._post(request, target)
-        except TimeoutError as exc:
-            raise UpstreamFailure(
-                f"{name} stream: no response headers within {int((first_byte_s or 0) * 1000)}ms (first-byte timeout)",
-                timeout=True,
-            ) from exc
-        except TRANSPORT_ERRORS as exc:
-            raise _transport_failure(target, exc) from exc
-        reusable = False
-        try:
-            if response.status >= 400:
-                try:
-                    raw = await response.read()
-                except TRANSPORT_ERRORS as exc:
-                    raise _transport_failure(target, exc) from exc
-                reusable = True
-                raise _failure(target, response.status, response.reason, response.headers, raw)
-            async for batch in _read_stream(response, name, first_byte_s, self.stall_timeout_s):
-                yield batch
-            reusable = await _drained(response)
-        finally:
-            # A body read to its end goes back to the pool; anything cut short closes the
-            # connection so the upstream stops generating.
-            if reusable:
-                response.release()
-            else:
-                response.close()
+    def stream_events(self, reads: TimedReads, target: UpstreamTarget) -> AsyncIterator[Batch]:
+        return _read_stream(reads, target.provider.name)

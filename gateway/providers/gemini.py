@@ -24,24 +24,20 @@ Google's answer → canonical events. What this module decides:
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import orjson
-from multidict import CIMultiDictProxy
 
 from gateway.errors import UpstreamFailure
 from gateway.ids import random_hex
-from gateway.providers.backoff import error_code, error_text, stated_backoff
-from gateway.providers.base import KeyCheck, KeyOutcome, ProviderAdapter, UpstreamTarget, register
+from gateway.providers.backoff import error_text
+from gateway.providers.base import UpstreamTarget, register
 from gateway.providers.gemini_request import generate_content_body
-from gateway.providers.openai_compat import DRAIN_TIMEOUT_S, STALL_TIMEOUT_S, TRANSPORT_ERRORS
+from gateway.providers.http_adapter import HttpProviderAdapter, TimedReads
 from gateway.routing.classify import FailureKind, classify
-from gateway.routing.redact import redact
 from gateway.stream.sse import SSEDecoder
 from gateway.wire.canonical import (
     Batch,
@@ -199,148 +195,47 @@ def _in_band(provider: str, frame: dict[str, Any], data: str) -> UpstreamFailure
 
 
 @register
-class GeminiProvider(ProviderAdapter):
+class GeminiProvider(HttpProviderAdapter):
     kind = "gemini"
-    key_check_timeout_s = 10.0
 
-    def __init__(
-        self, *, session: aiohttp.ClientSession | None = None, stall_timeout_s: float = STALL_TIMEOUT_S
-    ) -> None:
-        super().__init__(session=session)
-        self.stall_timeout_s = stall_timeout_s
+    def url(self, request: CanonicalRequest, target: UpstreamTarget) -> str:
+        return endpoint(target, stream=request.stream)
 
-    def stream(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Batch]:
-        if request.stream:
-            return self._stream(request, target)
-        return self._complete(request, target)
-
-    async def check_key(self, target: UpstreamTarget) -> KeyCheck:
-        """`GET <base_url>/models` with the key: 2xx accepts it; a 401, a 403, or the 400 Google
-        gives a bad key ("API key not valid") refuse it; anything else says nothing."""
-        name = target.provider.name
-        base = (target.provider.base_url or DEFAULT_BASE_URL).rstrip("/")
-        try:
-            async with asyncio.timeout(self.key_check_timeout_s):
-                async with self._session().get(
-                    f"{base}/models?pageSize=1", headers=self._headers(target), allow_redirects=False
-                ) as response:
-                    raw = await response.read()
-                    status, reason, headers = response.status, response.reason, response.headers
-        except TimeoutError:
-            return KeyCheck(KeyOutcome.UNKNOWN, f"{name} key check timed out after {self.key_check_timeout_s:g}s")
-        except TRANSPORT_ERRORS as exc:
-            return KeyCheck(KeyOutcome.UNKNOWN, f"{name} key check failed: {type(exc).__name__}")
-        except RuntimeError as exc:
-            return KeyCheck(KeyOutcome.UNKNOWN, f"{name} key check impossible: {exc}")
-        if 200 <= status < 300:
-            return KeyCheck(KeyOutcome.VALID, f"{name} accepted the key (HTTP {status})")
-        failure = _failure(target, status, reason, headers, raw)
-        refused = status in (401, 403) or classify(failure).kind is FailureKind.CREDENTIAL
-        return KeyCheck(KeyOutcome.INVALID if refused else KeyOutcome.UNKNOWN, redact(failure.message, limit=500))
-
-    def _headers(self, target: UpstreamTarget) -> dict[str, str]:
+    def headers(self, target: UpstreamTarget) -> dict[str, str]:
         headers = {"content-type": "application/json", "accept-encoding": "gzip, deflate"}
         if target.key is not None and target.key.secret:
             headers["x-goog-api-key"] = target.key.secret
         return headers
 
-    def _session(self) -> aiohttp.ClientSession:
-        if self.session is None:
-            raise RuntimeError("the Gemini adapter needs an aiohttp.ClientSession")
-        return self.session
+    def body(self, request: CanonicalRequest, target: UpstreamTarget) -> dict[str, Any]:
+        return generate_content_body(request, target.model.upstream_id)
 
-    async def _post(self, request: CanonicalRequest, target: UpstreamTarget) -> aiohttp.ClientResponse:
-        return await self._session().post(
-            endpoint(target, stream=request.stream),
-            data=orjson.dumps(generate_content_body(request, target.model.upstream_id)),
-            headers=self._headers(target),
-            allow_redirects=False,
-        )
+    def key_check_url(self, target: UpstreamTarget) -> str:
+        return (target.provider.base_url or DEFAULT_BASE_URL).rstrip("/") + "/models?pageSize=1"
 
-    async def _complete(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Batch]:
+    def refuses_key(self, status: int, failure: UpstreamFailure) -> bool:
+        """A 401, a 403, or the 400 Google gives a bad key ("API key not valid")."""
+        return status in (401, 403) or classify(failure).kind is FailureKind.CREDENTIAL
+
+    def answer_events(self, payload: Any, raw: bytes, target: UpstreamTarget) -> Batch:
         name = target.provider.name
-        timeout = target.provider.timeout_s or None
-        try:
-            async with asyncio.timeout(timeout):
-                async with await self._post(request, target) as response:
-                    raw = await response.read()
-                    if response.status >= 400:
-                        raise _failure(target, response.status, response.reason, response.headers, raw)
-            payload = orjson.loads(raw)
-        except TimeoutError as exc:
-            raise UpstreamFailure(f"{name} request timed out after {timeout:g}s (timeout)", timeout=True) from exc
-        except TRANSPORT_ERRORS as exc:
-            raise _transport_failure(target, exc) from exc
-        except orjson.JSONDecodeError as exc:
-            raise UpstreamFailure(f"{name} returned a non-JSON body") from exc
         if not isinstance(payload, dict) or payload.get("error"):
             raise _in_band(name, payload if isinstance(payload, dict) else {}, raw.decode("utf-8", "replace"))
         answer = _Answer(name)
         events: Batch = []
         answer.frame(payload, events)
         answer.end(events)
-        yield events
+        return events
 
-    async def _stream(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Batch]:
-        name = target.provider.name
-        first_byte_s = max(target.provider.timeout_s or 0, self.stall_timeout_s) or None
-        try:
-            async with asyncio.timeout(first_byte_s):
-                response = await self._post(request, target)
-        except TimeoutError as exc:
-            raise UpstreamFailure(
-                f"{name} stream: no response headers within {int((first_byte_s or 0) * 1000)}ms (first-byte timeout)",
-                timeout=True,
-            ) from exc
-        except TRANSPORT_ERRORS as exc:
-            raise _transport_failure(target, exc) from exc
-        reusable = False
-        try:
-            if response.status >= 400:
-                try:
-                    raw = await response.read()
-                except TRANSPORT_ERRORS as exc:
-                    raise _transport_failure(target, exc) from exc
-                reusable = True
-                raise _failure(target, response.status, response.reason, response.headers, raw)
-            async for batch in _read_stream(response, name, first_byte_s, self.stall_timeout_s):
-                yield batch
-            reusable = await _drained(response)
-        finally:
-            # A body read to its end goes back to the pool; anything cut short (the client hung
-            # up, a stall, an error) closes the connection so Google stops generating.
-            if reusable:
-                response.release()
-            else:
-                response.close()
+    def stream_events(self, reads: TimedReads, target: UpstreamTarget) -> AsyncIterator[Batch]:
+        return _read_stream(reads, target.provider.name)
 
 
-async def _read_stream(
-    response: aiohttp.ClientResponse, name: str, first_byte_s: float | None, stall_s: float
-) -> AsyncIterator[Batch]:
+async def _read_stream(reads: TimedReads, name: str) -> AsyncIterator[Batch]:
     """One batch per read; ends after the frame carrying a finishReason, raises on a cut body."""
     decoder = SSEDecoder()
     answer = _Answer(name)
-    chunks = response.content.iter_any()
-    wait, first = first_byte_s, True
-    while True:
-        try:
-            async with asyncio.timeout(wait):
-                chunk = await anext(chunks)
-        except StopAsyncIteration:
-            break
-        except TimeoutError as exc:
-            if first:
-                raise UpstreamFailure(
-                    f"{name} stream: no first byte within {int((wait or 0) * 1000)}ms (first-byte timeout)",
-                    timeout=True,
-                ) from exc
-            raise UpstreamFailure(
-                f"{name} stream stalled: no data for {int(stall_s * 1000)}ms (timeout)", timeout=True
-            ) from exc
-        except TRANSPORT_ERRORS:
-            break  # a cut body is judged below, like any end without a finishReason
-        wait, first = stall_s, False
+    while (chunk := await reads.next()) is not None:
         batch: Batch = []
         for message in decoder.feed(chunk):
             if message.data == "[DONE]":
@@ -366,42 +261,4 @@ async def _read_stream(
     raise UpstreamFailure(
         f"{name} stream ended unexpectedly (no finishReason) — connection reset or truncated upstream",
         transport=True,
-    )
-
-
-async def _drained(response: aiohttp.ClientResponse) -> bool:
-    """Read what follows the last frame (normally just the end of the body) so the connection
-    can be reused; False when Google keeps the body open."""
-    try:
-        async with asyncio.timeout(DRAIN_TIMEOUT_S):
-            await response.read()
-    except (TimeoutError, *TRANSPORT_ERRORS):
-        return False
-    return True
-
-
-def _failure(
-    target: UpstreamTarget, status: int, reason: str | None, headers: CIMultiDictProxy[str], raw: bytes
-) -> UpstreamFailure:
-    """Google's error body (`{"error": {"code", "message", "status", "details"}}`, wrapped in a
-    list by some streaming paths) as one failure: its message, its ErrorInfo reason as the code
-    (API_KEY_INVALID tells a dead key from a bad request), its RetryInfo as the back-off."""
-    try:
-        body: Any = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        body = None
-    text = raw.decode("utf-8", "replace")
-    return UpstreamFailure(
-        f"{target.provider.name} API error {status}: {error_text(body if body is not None else text, reason or '')}",
-        upstream_status=status,
-        code=error_code(body),
-        retry_after_s=stated_backoff(headers, body, text),
-    )
-
-
-def _transport_failure(target: UpstreamTarget, exc: BaseException) -> UpstreamFailure:
-    timeout = isinstance(exc, aiohttp.ServerTimeoutError | asyncio.TimeoutError)
-    kind = "timeout" if timeout else "connection error"
-    return UpstreamFailure(
-        f"{target.provider.name} {kind}: {type(exc).__name__}", transport=not timeout, timeout=timeout
     )

@@ -10,20 +10,16 @@ ends with neither `[DONE]` nor a finish reason is a truncation, never a silent s
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import orjson
-from multidict import CIMultiDictProxy
 
 from gateway.errors import UpstreamFailure
-from gateway.providers.backoff import error_code, error_text, stated_backoff
-from gateway.providers.base import KeyCheck, KeyOutcome, ProviderAdapter, UpstreamTarget, register
-from gateway.providers.ratelimits import stated_limits
-from gateway.routing.redact import redact
+from gateway.providers.backoff import error_text
+from gateway.providers.base import UpstreamTarget, register
+from gateway.providers.http_adapter import HttpProviderAdapter, TimedReads
 from gateway.stream.dialect import rescue_inline_tool_calls
 from gateway.stream.sse import SSEDecoder
 from gateway.stream.think import ThinkSplitter, split_think
@@ -39,11 +35,6 @@ from gateway.wire.canonical import (
     Usage,
 )
 
-STALL_TIMEOUT_S = 90.0
-DRAIN_TIMEOUT_S = 1.0
-# OSError covers resets and refusals below aiohttp. Note that TimeoutError is an OSError too:
-# every handler catches TimeoutError first.
-TRANSPORT_ERRORS = (aiohttp.ClientError, OSError)
 _META_KEYS = frozenset({"id", "object", "created", "model", "choices", "usage", "system_fingerprint"})
 
 
@@ -107,143 +98,35 @@ def _meta(frame: dict[str, Any]) -> Meta:
 
 
 @register
-class OpenAICompatibleProvider(ProviderAdapter):
+class OpenAICompatibleProvider(HttpProviderAdapter):
     kind = "openai"
 
-    def __init__(
-        self, *, session: aiohttp.ClientSession | None = None, stall_timeout_s: float = STALL_TIMEOUT_S
-    ) -> None:
-        super().__init__(session=session)
-        self.stall_timeout_s = stall_timeout_s
+    def url(self, request: CanonicalRequest, target: UpstreamTarget) -> str:
+        return target.provider.base_url.rstrip("/") + "/chat/completions"
 
-    def stream(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Batch]:
-        if request.stream:
-            return self._stream(request, target)
-        return self._complete(request, target)
-
-    key_check_timeout_s = 10.0
-
-    async def check_key(self, target: UpstreamTarget) -> KeyCheck:
-        """`GET <base_url>/models` with the key: 2xx accepts it, 401/403 refuse it, anything else
-        (429, 5xx, a timeout, no connection) says nothing about the key."""
-        name = target.provider.name
-        timeout = self.key_check_timeout_s
-        try:
-            async with asyncio.timeout(timeout):
-                async with self._session().get(
-                    target.provider.base_url.rstrip("/") + "/models",
-                    headers=self._headers(target),
-                    allow_redirects=False,
-                ) as response:
-                    raw = await response.read()
-                    status, reason, headers = response.status, response.reason, response.headers
-        except TimeoutError:
-            return KeyCheck(KeyOutcome.UNKNOWN, f"{name} key check timed out after {timeout:g}s")
-        except TRANSPORT_ERRORS as exc:
-            return KeyCheck(KeyOutcome.UNKNOWN, f"{name} key check failed: {type(exc).__name__}")
-        except RuntimeError as exc:
-            return KeyCheck(KeyOutcome.UNKNOWN, f"{name} key check impossible: {exc}")
-        if 200 <= status < 300:
-            return KeyCheck(KeyOutcome.VALID, f"{name} accepted the key (HTTP {status})")
-        message = redact(_failure(target, status, reason, headers, raw).message, limit=500)
-        outcome = KeyOutcome.INVALID if status in (401, 403) else KeyOutcome.UNKNOWN
-        return KeyCheck(outcome, message)
-
-    def _headers(self, target: UpstreamTarget) -> dict[str, str]:
+    def headers(self, target: UpstreamTarget) -> dict[str, str]:
         headers = {"content-type": "application/json", "accept-encoding": "gzip, deflate"}
         if target.key is not None and target.key.secret:
             headers["authorization"] = f"Bearer {target.key.secret}"
         return headers
 
-    def _url(self, target: UpstreamTarget) -> str:
-        return target.provider.base_url.rstrip("/") + "/chat/completions"
+    def body(self, request: CanonicalRequest, target: UpstreamTarget) -> dict[str, Any]:
+        return request_body(request, target)
 
-    def _session(self) -> aiohttp.ClientSession:
-        if self.session is None:
-            raise RuntimeError("the OpenAI-compatible adapter needs an aiohttp.ClientSession")
-        return self.session
+    def key_check_url(self, target: UpstreamTarget) -> str:
+        return target.provider.base_url.rstrip("/") + "/models"
 
-    async def _post(self, request: CanonicalRequest, target: UpstreamTarget) -> aiohttp.ClientResponse:
-        return await self._session().post(
-            self._url(target),
-            data=orjson.dumps(request_body(request, target)),
-            headers=self._headers(target),
-            allow_redirects=False,
-        )
+    def rescue(self, raw: bytes, request: CanonicalRequest, *, streaming: bool) -> Batch | None:
+        return rescue_failed_generation(raw, request, streaming=streaming)
 
-    async def _complete(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Batch]:
-        timeout = target.provider.timeout_s or None
-        try:
-            async with asyncio.timeout(timeout):
-                async with await self._post(request, target) as response:
-                    raw = await response.read()
-                    if response.status >= 400:
-                        rescued = rescue_failed_generation(raw, request, streaming=False)
-                        if rescued is not None:
-                            yield rescued
-                            return
-                        raise _failure(target, response.status, response.reason, response.headers, raw)
-            payload = orjson.loads(raw)
-        except TimeoutError as exc:
-            raise UpstreamFailure(
-                f"{target.provider.name} request timed out after {timeout:g}s (timeout)", timeout=True
-            ) from exc
-        except TRANSPORT_ERRORS as exc:
-            raise _transport_failure(target, exc) from exc
-        except orjson.JSONDecodeError as exc:
-            raise UpstreamFailure(f"{target.provider.name} returned a non-JSON body") from exc
+    def answer_events(self, payload: Any, raw: bytes, target: UpstreamTarget) -> Batch:
         if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list):
             message = error_text(payload, "no choices in the response")
             raise UpstreamFailure(f"in-band provider error from {target.provider.name}: {message}")
-        yield _completion_events(payload)
+        return _completion_events(payload)
 
-    async def _stream(self, request: CanonicalRequest, target: UpstreamTarget) -> AsyncIterator[Batch]:
-        name = target.provider.name
-        first_byte_s = max(target.provider.timeout_s or 0, self.stall_timeout_s) or None
-        try:
-            async with asyncio.timeout(first_byte_s):
-                response = await self._post(request, target)
-        except TimeoutError as exc:
-            raise UpstreamFailure(
-                f"{name} stream: no response headers within {int((first_byte_s or 0) * 1000)}ms (first-byte timeout)",
-                timeout=True,
-            ) from exc
-        except TRANSPORT_ERRORS as exc:
-            raise _transport_failure(target, exc) from exc
-        reusable = False
-        try:
-            if response.status >= 400:
-                try:
-                    raw = await response.read()
-                except TRANSPORT_ERRORS as exc:
-                    raise _transport_failure(target, exc) from exc
-                reusable = True
-                rescued = rescue_failed_generation(raw, request, streaming=True)
-                if rescued is not None:
-                    yield rescued
-                    return
-                raise _failure(target, response.status, response.reason, response.headers, raw)
-            async for batch in _read_stream(response, name, first_byte_s, self.stall_timeout_s):
-                yield batch
-            reusable = await _drained(response)
-        finally:
-            # A body read to its end goes back to the pool; anything cut short (the client hung
-            # up, a stall, an error) closes the connection so the upstream stops generating.
-            if reusable:
-                response.release()
-            else:
-                response.close()
-
-
-async def _drained(response: aiohttp.ClientResponse) -> bool:
-    """Read what follows [DONE] (normally nothing but the end of the body) so the connection
-    can be reused; False when the upstream keeps the body open."""
-    try:
-        async with asyncio.timeout(DRAIN_TIMEOUT_S):
-            await response.read()
-    except (TimeoutError, *TRANSPORT_ERRORS):
-        return False
-    return True
+    def stream_events(self, reads: TimedReads, target: UpstreamTarget) -> AsyncIterator[Batch]:
+        return _read_stream(reads, target.provider.name)
 
 
 def rescue_failed_generation(raw: bytes, request: CanonicalRequest, *, streaming: bool) -> Batch | None:
@@ -277,54 +160,12 @@ def rescue_failed_generation(raw: bytes, request: CanonicalRequest, *, streaming
     return batch
 
 
-def _failure(
-    target: UpstreamTarget, status: int, reason: str | None, headers: CIMultiDictProxy[str], raw: bytes
-) -> UpstreamFailure:
-    try:
-        body: Any = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        body = None
-    text = raw.decode("utf-8", "replace")
-    message = error_text(body if body is not None else text, reason or "")
-    return UpstreamFailure(
-        f"{target.provider.name} API error {status}: {message}",
-        upstream_status=status,
-        code=error_code(body),
-        retry_after_s=stated_backoff(headers, body, text),
-        stated_limits=stated_limits(headers, target.provider.base_url),
-    )
-
-
-async def _read_stream(
-    response: aiohttp.ClientResponse, name: str, first_byte_s: float | None, stall_s: float
-) -> AsyncIterator[Batch]:
+async def _read_stream(reads: TimedReads, name: str) -> AsyncIterator[Batch]:
     decoder = SSEDecoder()
     think = ThinkSplitter()
-    chunks = response.content.iter_any()
     saw_finish = False
     last_id: str | None = None
-    wait = first_byte_s
-    first = True
-    while True:
-        try:
-            async with asyncio.timeout(wait):
-                chunk = await anext(chunks)
-        except StopAsyncIteration:
-            break
-        except TimeoutError as exc:
-            if first:
-                raise UpstreamFailure(
-                    f"{name} stream: no first byte within {int((wait or 0) * 1000)}ms (first-byte timeout)",
-                    timeout=True,
-                ) from exc
-            raise UpstreamFailure(
-                f"{name} stream stalled: no data for {int(stall_s * 1000)}ms (timeout)", timeout=True
-            ) from exc
-        except TRANSPORT_ERRORS:
-            # The body was cut (connection reset, chunked encoding broken off): an end of stream,
-            # judged below like any EOF: clean after a finish reason, a truncation otherwise.
-            break
-        wait, first = stall_s, False
+    while (chunk := await reads.next()) is not None:
         batch: Batch = []
         for message in decoder.feed(chunk):
             data = message.data
@@ -436,11 +277,3 @@ def _completion_events(payload: dict[str, Any]) -> Batch:
     if choice.get("finish_reason"):
         events.append(Finish(choice["finish_reason"]))
     return events
-
-
-def _transport_failure(target: UpstreamTarget, exc: BaseException) -> UpstreamFailure:
-    timeout = isinstance(exc, aiohttp.ServerTimeoutError | asyncio.TimeoutError)
-    kind = "timeout" if timeout else "connection error"
-    return UpstreamFailure(
-        f"{target.provider.name} {kind}: {type(exc).__name__}", transport=not timeout, timeout=timeout
-    )
