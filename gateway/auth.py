@@ -1,8 +1,10 @@
 """Gateway-key authentication for the data plane, against the in-memory snapshot.
 
-The token comes from `Authorization: Bearer <token>` (prefix case-insensitive) or else
-`x-api-key`; a missing, unknown or revoked key, or one whose owner is deactivated, is the same
-401 to the caller. Use is recorded off the request path, at most once a minute per key.
+The token comes from `Authorization: Bearer <token>` (prefix case-insensitive), else `x-api-key`,
+else `x-goog-api-key` (Google's clients); the Gemini surface alone also accepts `?key=` when no
+header carries one (spec/surfaces.md §0.1), with a warning, since a URL ends up in logs. A
+missing, unknown or revoked key, or one whose owner is deactivated, is the same 401 to the caller.
+Use is recorded off the request path, at most once a minute per key.
 """
 
 from __future__ import annotations
@@ -31,11 +33,15 @@ def presented_token(headers: Mapping[str, str]) -> str:
     if authorization:
         scheme, _, rest = authorization.partition(" ")
         return rest.strip() if scheme.lower() == "bearer" else authorization
-    return headers.get("x-api-key", "").strip()
+    return (headers.get("x-api-key", "") or headers.get("x-goog-api-key", "")).strip()
 
 
-def authenticate(headers: Mapping[str, str], snapshot: Snapshot) -> KeyGrant:
+def authenticate(headers: Mapping[str, str], snapshot: Snapshot, *, query_token: str = "") -> KeyGrant:
+    """The key's grant; `query_token` (a `?key=` the surface allows) counts only without a header one."""
     token = presented_token(headers)
+    if not token and query_token.strip():
+        logger.warning("a gateway key was sent in the URL query (?key=); prefer the x-goog-api-key header")
+        token = query_token.strip()
     grant = snapshot.keys_by_hash.get(tokens.digest(token)) if token else None
     if grant is None:
         raise AuthenticationFailed()

@@ -35,8 +35,10 @@ def openai_error(error: GatewayError) -> Response:
 
 
 def data_plane_view(
-    *, methods: tuple[str, ...], render_error: ErrorRenderer = openai_error
+    *, methods: tuple[str, ...], render_error: ErrorRenderer = openai_error, query_key: bool = False
 ) -> Callable[[View], Handler]:
+    """`query_key` lets the key come from `?key=` when no header carries one (the Gemini surface)."""
+
     def decorate(view: View) -> Handler:
         @functools.wraps(view)
         async def handler(request: Request) -> Response | StreamingResponse:
@@ -45,7 +47,8 @@ def data_plane_view(
                     raise MethodNotAllowed(f"Method {request.method} is not allowed on {request.path}")
                 snapshot = await snapshots.get()
                 request.state["snapshot"] = snapshot
-                request.state["grant"] = authenticate(request.headers, snapshot)
+                query_token = request.query.get("key", [""])[0] if query_key else ""
+                request.state["grant"] = authenticate(request.headers, snapshot, query_token=query_token)
                 return await view(request)
             except GatewayError as error:
                 return render_error(error)
