@@ -9,6 +9,7 @@ import time
 
 import aiohttp
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -37,6 +38,7 @@ from tests.transcripts import sse_frames
 pytestmark = pytest.mark.timeout(30)
 
 SECRET = "sk-ant-adapter-test-0123456789"
+SIGNATURE = "ZmFrZS1zaWduYXR1cmU="  # the fake upstream's thinking signature
 WEATHER = {
     "type": "function",
     "function": {
@@ -337,14 +339,52 @@ async def test_batches_follow_upstream_reads(fake):
     ]
 
 
-async def test_thinking_streams_as_reasoning_and_its_signature_stays_upstream(fake):
+async def test_thinking_streams_as_reasoning_and_its_signature_delta_ends_it_signed(fake):
     fake.enqueue(Reply.anthropic_stream(["42."], thinking=["Let me ", "think."]))
 
     events = await collect(fake, request(stream=True, reasoning_effort="low"))
 
-    assert "".join(event.text for event in of(events, ReasoningDelta)) == "Let me think."
+    reasoning = of(events, ReasoningDelta)
+    assert "".join(event.text for event in reasoning) == "Let me think."
     assert "".join(event.text for event in of(events, TextDelta)) == "42."
-    assert not any("ZmFrZS1zaWduYXR1cmU=" in repr(event) for event in events)
+    assert reasoning[-1] == ReasoningDelta("", signature=SIGNATURE)
+    assert [event.signature for event in reasoning[:-1]] == [None, None]
+    # The signature ends the thinking block: it comes before the text.
+    assert events.index(reasoning[-1]) < events.index(of(events, TextDelta)[0])
+
+
+def signed_tool_history(*, signed: tuple[bool, ...] = (True,)) -> tuple[Message, ...]:
+    """A user question and, per entry of `signed`, an assistant tool call (with a signed thinking
+    block when True) and its result."""
+    history = [Message(role="user", content="Weather?")]
+    for number, is_signed in enumerate(signed):
+        call = {"id": f"toolu_{number}", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+        extra = {"reasoning_content": f"Look up {number}.", "reasoning_signature": f"sig-{number}"} if is_signed else {}
+        history.append(Message(role="assistant", content="Checking.", tool_calls=[call], **extra))
+        history.append(Message(role="tool", tool_call_id=f"toolu_{number}", content="sunny"))
+    return tuple(history)
+
+
+async def test_a_signed_tool_history_is_replayed_with_its_thinking_block_first_and_thinking_on(fake):
+    body = await sent(
+        fake, request(*signed_tool_history(signed=(True, True)), tools=[WEATHER], reasoning_effort="high")
+    )
+
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 16384}
+    assistants = [turn for turn in body["messages"] if turn["role"] == "assistant"]
+    assert [turn["content"][0] for turn in assistants] == [
+        {"type": "thinking", "thinking": "Look up 0.", "signature": "sig-0"},
+        {"type": "thinking", "thinking": "Look up 1.", "signature": "sig-1"},
+    ]
+    assert [block["type"] for block in assistants[0]["content"]] == ["thinking", "text", "tool_use"]
+
+
+async def test_one_unsigned_tool_calling_turn_keeps_thinking_disabled(fake):
+    body = await sent(
+        fake, request(*signed_tool_history(signed=(True, False)), tools=[WEATHER], reasoning_effort="high")
+    )
+
+    assert body["thinking"] == {"type": "disabled"}
 
 
 async def test_a_tool_call_is_assembled_from_input_json_delta_fragments(fake):
@@ -414,7 +454,7 @@ async def test_a_message_body_is_one_batch_with_thinking_text_and_tool_calls(fak
         (batch,) = [batch async for batch in stream]
 
     assert batch[0].model == "c"
-    assert of(batch, ReasoningDelta) == [ReasoningDelta("Hmm.")]
+    assert of(batch, ReasoningDelta) == [ReasoningDelta("Hmm.", signature=SIGNATURE)]
     assert of(batch, TextDelta) == [TextDelta("On it.")]
     assert of(batch, ToolCallDelta) == [ToolCallDelta(0, "toolu_fake_0", "get_weather", '{"city":"Oslo"}')]
     assert of(batch, Finish) == [Finish("tool_calls")]
@@ -774,3 +814,119 @@ def test_an_overload_after_the_first_words_ends_the_stream_honestly(claude_catal
     assert error["message"].endswith("in-band provider error from claude: Overloaded")
     assert b'"content":"Hello "' in response.content and b'"content":"there"' in response.content
     assert len(messages_calls(claude_catalog)) == 1
+
+
+CLAUDE_WEATHER = {
+    "name": "get_weather",
+    "description": "Current weather for a city",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "non-stream"])
+def test_claude_code_keeps_extended_thinking_on_across_a_tool_loop(claude_catalog, live_gateway, gateway_key, stream):
+    """Anthropic SDK → gateway (/v1/messages) → Anthropic upstream: the thinking block's signature
+    reaches the client, comes back in the history, and is replayed signed with thinking enabled."""
+    _, token = gateway_key
+    client = anthropic.Anthropic(base_url=live_gateway.url, api_key=token, max_retries=0, timeout=10)
+    call = ("get_weather", {"city": "Paris"})
+    claude_catalog.enqueue(
+        Reply.anthropic_stream(["Checking."], thinking=["Need the ", "weather."], tool_calls=[call])
+        if stream
+        else Reply.anthropic_message("Checking.", thinking="Need the weather.", tool_calls=[call])
+    )
+    claude_catalog.enqueue(Reply.anthropic_stream(["18C."]) if stream else Reply.anthropic_message("18C."))
+    ask = {
+        "model": "sonnet",
+        "max_tokens": 5000,
+        "thinking": {"type": "enabled", "budget_tokens": 2048},
+        "tools": [CLAUDE_WEATHER],
+    }
+
+    def turn(messages: list) -> anthropic.types.Message:
+        if not stream:
+            return client.messages.create(**ask, messages=messages)
+        with client.messages.stream(**ask, messages=messages) as events:
+            return events.get_final_message()
+
+    first = turn(MESSAGES)
+
+    assert [block.type for block in first.content] == ["thinking", "text", "tool_use"]
+    thinking, _, use = first.content
+    assert (thinking.thinking, thinking.signature) == ("Need the weather.", SIGNATURE)
+    history = [
+        *MESSAGES,
+        {"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in first.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "18C"}]},
+    ]
+    second = turn(history)
+
+    assert second.content[-1].text == "18C."
+    replayed = messages_calls(claude_catalog)[1].json
+    assert replayed["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+    assert replayed["messages"][1] == {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "Need the weather.", "signature": SIGNATURE},
+            {"type": "text", "text": "Checking."},
+            {"type": "tool_use", "id": "toolu_fake_0", "name": "get_weather", "input": {"city": "Paris"}},
+        ],
+    }
+
+
+def test_an_unsigned_thinking_block_in_a_tool_history_still_turns_thinking_off(
+    claude_catalog, live_gateway, gateway_key
+):
+    _, token = gateway_key
+    client = anthropic.Anthropic(base_url=live_gateway.url, api_key=token, max_retries=0, timeout=10)
+    claude_catalog.enqueue(Reply.anthropic_message("18C."))
+    history = [
+        *MESSAGES,
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "Need the weather.", "signature": ""},
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+            ],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "18C"}]},
+    ]
+
+    client.messages.create(
+        model="sonnet",
+        max_tokens=5000,
+        thinking={"type": "enabled", "budget_tokens": 2048},
+        tools=[CLAUDE_WEATHER],
+        messages=history,
+    )
+
+    (call,) = messages_calls(claude_catalog)
+    assert call.json["thinking"] == {"type": "disabled"}
+    assert call.json["messages"][1]["content"][0]["type"] == "tool_use"
+
+
+def test_the_messages_stream_relays_the_upstreams_signature_delta_byte_for_byte(
+    claude_catalog, live_gateway, gateway_key
+):
+    _, token = gateway_key
+    claude_catalog.enqueue(Reply.anthropic_stream(["42."], thinking=["Let me think."]))
+    ask = {
+        "model": "sonnet",
+        "max_tokens": 5000,
+        "stream": True,
+        "thinking": {"type": "enabled", "budget_tokens": 2048},
+        "messages": MESSAGES,
+    }
+
+    headers = {"x-api-key": token, "anthropic-version": "2023-06-01"}
+    response = httpx.post(live_gateway.url + "/v1/messages", json=ask, headers=headers, timeout=10)
+    body = response.content
+
+    assert response.status_code == 200
+
+    assert (
+        b'"delta":{"type":"thinking_delta","thinking":"Let me think."}}\n\n'
+        b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+        b'"delta":{"type":"signature_delta","signature":"' + SIGNATURE.encode() + b'"}}\n\n'
+        b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
+    ) in body

@@ -332,6 +332,30 @@ def test_a_tool_use_round_trip_pairs_upstream(fake_catalog, claude):
     ]
 
 
+def test_a_signed_thinking_block_never_reaches_an_openai_compatible_upstream_signed(fake_catalog, claude):
+    """Claude Code sends its signed thinking blocks back; the signature is Anthropic's to read."""
+    fake_catalog.enqueue(Reply.chat("It is 18°C in Paris."))
+    signature = "c2lnbmVkLWJ5LWNsYXVkZQ=="
+    follow_up = [
+        *MESSAGES,
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "Look it up.", "signature": signature},
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+            ],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "18°C"}]},
+    ]
+
+    claude.messages.create(model="m", max_tokens=64, messages=follow_up, tools=[WEATHER_TOOL])
+
+    (assistant,) = [message for message in sent(fake_catalog)["messages"] if message["role"] == "assistant"]
+    assert "reasoning_signature" not in assistant
+    assert signature.encode() not in fake_catalog.requests[-1].body
+    assert assistant["tool_calls"][0]["id"] == "toolu_1"
+
+
 def test_streamed_tool_use_arrives_as_one_complete_block(fake_catalog, claude):
     fake_catalog.enqueue(tool_script(), model="m-up1")
 

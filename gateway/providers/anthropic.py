@@ -20,12 +20,14 @@ Decisions this module makes, each because the Messages API differs from OpenAI's
   knobs, plus `parallel_tool_calls: false` as `disable_parallel_tool_use`; OpenAI-only knobs
   never reach Anthropic, which rejects unknown fields.
 - `reasoning_effort` becomes extended thinking with a token budget, and `max_tokens` grows so
-  the answer keeps its allowance beside the budget. Thinking stays off (sent `disabled`) when
-  the conversation holds an assistant tool call: Anthropic rejects a tool-use history whose
-  assistant turns lack their signed thinking blocks, and the canonical form carries no
-  signatures to replay (`signature_delta` is read and dropped for now). It is also off with a
-  forced tool choice, which Anthropic refuses to combine with thinking; with thinking on, the
-  sampling knobs Anthropic forbids there (temperature, top_k, top_p below 0.95) are left out.
+  the answer keeps its allowance beside the budget. A thinking block's signature
+  (`signature_delta`, or the Message's block) travels on the canonical ReasoningDelta; an
+  assistant message that carries it back (`reasoning_content` + `reasoning_signature`) is
+  replayed with its signed thinking block first. Thinking stays off (sent `disabled`) when an
+  assistant tool call in the history lacks a signed thinking block: Anthropic rejects such a
+  tool-use history. It is also off with a forced tool choice, which Anthropic refuses to
+  combine with thinking; with thinking on, the sampling knobs Anthropic forbids there
+  (temperature, top_k, top_p below 0.95) are left out.
 - `response_format` json_object / json_schema becomes a short system instruction asking for
   JSON (matching the schema): Anthropic has no portable equivalent, and the pump's
   structured-output healing takes care of fences and prose around the answer.
@@ -162,7 +164,19 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
     blocks = _parts(message.content)
     if message.role == "assistant":
         blocks += [_tool_use(call) for call in message.tool_calls or ()]
+        if blocks and (thinking := _signed_thinking(message)):
+            blocks.insert(0, thinking)
     return blocks
+
+
+def _signed_thinking(message: Message) -> dict[str, Any] | None:
+    """The assistant turn's signed thinking block, replayed first in the turn; None without a
+    signature (Anthropic refuses an unsigned thinking block)."""
+    extra = message.model_extra or {}
+    signature, thinking = extra.get("reasoning_signature"), extra.get("reasoning_content")
+    if not isinstance(signature, str) or not signature:
+        return None
+    return {"type": "thinking", "thinking": thinking if isinstance(thinking, str) else "", "signature": signature}
 
 
 def _parts(content: str | list[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -248,7 +262,10 @@ def _thinking(request: CanonicalRequest, max_tokens: int, ceiling: int | None) -
     if request.reasoning_effort is None:
         return None, max_tokens
     budget = THINKING_BUDGETS.get(request.reasoning_effort)
-    unsigned_history = any(message.role == "assistant" and message.tool_calls for message in request.messages)
+    unsigned_history = any(
+        message.role == "assistant" and message.tool_calls and _signed_thinking(message) is None
+        for message in request.messages
+    )
     if budget is None or unsigned_history or _forces_tool(request):
         return {"type": "disabled"}, max_tokens
     if max_tokens <= budget:
@@ -341,6 +358,11 @@ def in_band_failure(name: str, frame: Mapping[str, Any]) -> UpstreamFailure:
     )
 
 
+def _signature(block: Mapping[str, Any]) -> str | None:
+    signature = block.get("signature")
+    return signature if isinstance(signature, str) and signature else None
+
+
 def message_events(payload: Mapping[str, Any]) -> Batch:
     """A whole Message body as one batch."""
     events: Batch = [Meta(id=payload.get("id"), model=payload.get("model"))]
@@ -348,8 +370,8 @@ def message_events(payload: Mapping[str, Any]) -> Batch:
     calls = 0
     for block in payload.get("content") or ():
         kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "thinking" and block.get("thinking"):
-            events.append(ReasoningDelta(block["thinking"]))
+        if kind == "thinking" and (block.get("thinking") or _signature(block)):
+            events.append(ReasoningDelta(block.get("thinking") or "", signature=_signature(block)))
         elif kind == "text" and isinstance(block.get("text"), str):
             text.append(block["text"])
         elif kind == "tool_use":
@@ -416,8 +438,9 @@ class StreamReader:
             out.append(ReasoningDelta(delta["thinking"]))
         elif kind == "input_json_delta" and delta.get("partial_json") and index in self.tool_calls:
             out.append(ToolCallDelta(index=self.tool_calls[index], arguments=delta["partial_json"]))
-        # signature_delta: the canonical form has no field for a thinking block's signature yet,
-        # so it is dropped here, and request_body keeps thinking off for tool-use histories.
+        elif kind == "signature_delta" and (signature := _signature(delta)):
+            # The signature ends its thinking block; it travels so the block can be replayed.
+            out.append(ReasoningDelta("", signature=signature))
 
 
 async def _read_stream(reads: TimedReads, name: str) -> AsyncIterator[Batch]:

@@ -59,8 +59,10 @@ def request_body(request: CanonicalRequest, target: UpstreamTarget) -> dict[str,
 
 
 def _without_signatures(message: dict[str, Any]) -> dict[str, Any]:
-    """The message without the `thought_signature` a Gemini tool call carries between turns: it
-    is Gemini's to read, and strict OpenAI-compatible servers reject unknown tool-call fields."""
+    """The message without the `thought_signature` a Gemini tool call carries between turns, nor
+    the `reasoning_signature` of an Anthropic thinking block: they are Gemini's and Anthropic's to
+    read, and strict OpenAI-compatible servers reject unknown fields."""
+    message.pop("reasoning_signature", None)
     calls = message.get("tool_calls")
     if calls and any("thought_signature" in call for call in calls):
         message["tool_calls"] = [{k: v for k, v in call.items() if k != "thought_signature"} for call in calls]

@@ -70,6 +70,7 @@ class Pump:
             self._mode = "hold"
         self._held = ""
         self._reasoning: list[str] = []
+        self._signature: str | None = None  # held (streaming, before commit) or the last one (non-stream)
         self._tools = ToolCallBuffer()
 
     async def run(self, batches: AsyncIterator[Batch]) -> AsyncIterator[OutputBatch]:
@@ -91,6 +92,10 @@ class Pump:
         if not self.committed:
             self.committed = True
             out.append(self._meta)
+            if self.streaming and self._signature is not None:
+                # A signature that arrived before anything committed goes out right after Meta.
+                out.append(ReasoningDelta("", signature=self._signature))
+                self._signature = None
 
     def _token_seen(self) -> None:
         if self.first_token_at is None:
@@ -101,15 +106,7 @@ class Pump:
             if event.text:
                 self._text(event, out)
         elif isinstance(event, ReasoningDelta):
-            if not event.text:
-                return
-            self._token_seen()
-            self.output_estimate += estimate_tokens(event.text)
-            if not self.streaming or not self.reasoning_is_content:
-                self._reasoning.append(event.text)
-                return
-            self._commit(out)
-            out.append(event)
+            self._reasoning_delta(event, out)
         elif isinstance(event, ToolCallDelta):
             self._tools.add(event.index, event.id, event.name, event.arguments, event.signature)
         elif isinstance(event, Meta):
@@ -118,6 +115,28 @@ class Pump:
             self.usage = event
         elif isinstance(event, Finish):
             self.upstream_finish = event.reason
+
+    def _reasoning_delta(self, event: ReasoningDelta, out: OutputBatch) -> None:
+        """Reasoning text commits a streamed turn; a signature alone never does. A signature-only
+        delta passes through once committed, is held until the commit otherwise, and a non-stream
+        turn keeps the last signature for its one final ReasoningDelta."""
+        if not event.text:
+            if not event.signature or not self.reasoning_is_content:
+                return
+            if self.streaming and self.committed:
+                out.append(event)
+            else:
+                self._signature = event.signature
+            return
+        self._token_seen()
+        self.output_estimate += estimate_tokens(event.text)
+        if not self.streaming or not self.reasoning_is_content:
+            self._reasoning.append(event.text)
+            if event.signature:
+                self._signature = event.signature
+            return
+        self._commit(out)
+        out.append(event)
 
     def _text(self, event: TextDelta, out: OutputBatch) -> None:
         self._token_seen()
@@ -159,10 +178,11 @@ class Pump:
             )
         if not self.streaming and not calls and text.strip():
             text = self._structured(text)
+        signature = self._signature if self.reasoning_is_content and not self.streaming else None
         outputs: OutputBatch = []
         self._commit(outputs)
-        if reasoning:
-            outputs.append(ReasoningDelta(reasoning))
+        if reasoning or signature:
+            outputs.append(ReasoningDelta(reasoning, signature=signature))
         if text and (text.strip() or calls or not self.streaming):
             outputs.append(TextDelta(text))
         if calls:

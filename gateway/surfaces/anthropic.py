@@ -138,10 +138,11 @@ class EventWriter:
     """Anthropic stream events for one served turn.
 
     Canonical outputs carry no block structure; the writer adds it: a thinking block opens at the
-    first reasoning and closes when text or tools start, a text block likewise, each tool call is
-    one complete tool_use block. `ping` follows the first `content_block_start`, where Anthropic
-    sends it. `message_delta` and `message_stop` close the batch that carried the Finish (the
-    upstream's usage, if any, arrives in that same batch, after the Finish).
+    first reasoning (a reasoning signature becomes its `signature_delta`) and closes when text or
+    tools start, a text block likewise, each tool call is one complete tool_use block. `ping`
+    follows the first `content_block_start`, where Anthropic sends it. `message_delta` and
+    `message_stop` close the batch that carried the Finish (the upstream's usage, if any,
+    arrives in that same batch, after the Finish).
     """
 
     def __init__(self, model: str, input_tokens: int) -> None:
@@ -169,7 +170,13 @@ class EventWriter:
             return self._open("text") + self._delta({"type": "text_delta", "text": output.text})
         if isinstance(output, ReasoningDelta):
             self.output_chars += len(output.text)
-            return self._open("thinking") + self._delta({"type": "thinking_delta", "thinking": output.text})
+            data = b""
+            if output.text:
+                data = self._open("thinking") + self._delta({"type": "thinking_delta", "thinking": output.text})
+            if output.signature:
+                # As Anthropic sends it: the signature ends the open thinking block, before it closes.
+                data += self._open("thinking") + self._delta({"type": "signature_delta", "signature": output.signature})
+            return data
         if isinstance(output, Meta):
             return self._start()
         if isinstance(output, ToolCalls):
@@ -278,8 +285,10 @@ def message_body(outputs: list[Output], *, model: str, input_tokens: int) -> dic
     answer = Answer.of(outputs)
     usage = answer.usage
     content: list[dict[str, Any]] = []
-    if answer.reasoning:
-        content.append({"type": "thinking", "thinking": answer.reasoning, "signature": ""})
+    if answer.reasoning or answer.reasoning_signature:
+        content.append(
+            {"type": "thinking", "thinking": answer.reasoning, "signature": answer.reasoning_signature or ""}
+        )
     if answer.text:
         content.append({"type": "text", "text": answer.text})
     chars = len(answer.reasoning) + len(answer.text)

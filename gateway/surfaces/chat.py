@@ -129,7 +129,8 @@ class ChunkWriter:
         if isinstance(output, TextDelta):
             return self._frame({"content": output.text}, logprobs=output.logprobs)
         if isinstance(output, ReasoningDelta):
-            return self._frame({"reasoning_content": output.text})
+            # OpenAI has no field for a reasoning signature: a signature-only delta renders nothing.
+            return self._frame({"reasoning_content": output.text}) if output.text else b""
         if isinstance(output, Meta):
             self.id = output.id or self.id
             self.created = output.created or self.created

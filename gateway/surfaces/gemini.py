@@ -246,6 +246,8 @@ class FrameWriter:
         return {"candidates": [_candidate(self.held, reason)], "usageMetadata": usage, "modelVersion": self.model}
 
     def _add(self, parts: list[dict[str, Any]], output: Output) -> None:
+        if isinstance(output, ReasoningDelta) and not output.text:
+            return  # a signature-only delta: Gemini's wire has no place for Anthropic's signatures
         if isinstance(output, TextDelta | ReasoningDelta):
             self.output_tokens += estimate_tokens(output.text)
             thought = isinstance(output, ReasoningDelta)

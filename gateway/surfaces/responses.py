@@ -296,7 +296,7 @@ class Transcript:
         if isinstance(output, TextDelta):
             return self._delta("message", output.text)
         if isinstance(output, ReasoningDelta):
-            return self._delta("reasoning", output.text)
+            return self._delta("reasoning", output.text) if output.text else []
         if isinstance(output, ToolCalls):
             return self._tool_calls(output.calls)
         if isinstance(output, Finish):

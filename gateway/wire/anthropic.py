@@ -232,9 +232,22 @@ def _tool_call(block: dict[str, Any]) -> dict[str, Any]:
 
 
 def _assistant(blocks: list[dict[str, Any]], documents: _Documents) -> Message:
+    """The assistant turn; its first signed thinking block rides along as `reasoning_content` and
+    `reasoning_signature`, so an Anthropic upstream can replay it (thinking stays on in a tool
+    loop). Unsigned thinking blocks are dropped: no upstream accepts them back."""
     text = _texts(blocks, documents)
     calls = [_tool_call(block) for block in blocks if block["type"] == "tool_use"]
-    return Message(role="assistant", content=text or (None if calls else ""), tool_calls=calls or None)
+    reasoning: dict[str, str] = {}
+    for block in blocks:
+        signature = block.get("signature")
+        if block["type"] == "thinking" and isinstance(signature, str) and signature:
+            thinking = block.get("thinking")
+            reasoning = {
+                "reasoning_content": thinking if isinstance(thinking, str) else "",
+                "reasoning_signature": signature,
+            }
+            break
+    return Message(role="assistant", content=text or (None if calls else ""), tool_calls=calls or None, **reasoning)
 
 
 def _user(blocks: list[dict[str, Any]], documents: _Documents) -> list[Message]:

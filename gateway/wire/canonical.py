@@ -85,6 +85,9 @@ class TextDelta:
 @dataclass(frozen=True, slots=True)
 class ReasoningDelta:
     text: str
+    # The provider's signature of the reasoning block this delta ends (Anthropic's thinking
+    # `signature`); `text` may be empty when the delta only carries the signature.
+    signature: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +151,7 @@ class Answer:
     meta: Meta = field(default_factory=Meta)
     text: str = ""
     reasoning: str = ""
+    reasoning_signature: str | None = None  # the last signature a reasoning output carried
     calls: tuple[Any, ...] = ()
     finish: str = "stop"
     usage: Usage | None = None
@@ -165,6 +169,8 @@ class Answer:
                     answer.logprobs = output.logprobs
             elif isinstance(output, ReasoningDelta):
                 reasoning.append(output.text)
+                if output.signature:
+                    answer.reasoning_signature = output.signature
             elif isinstance(output, ToolCalls):
                 answer.calls = output.calls
             elif isinstance(output, Meta):
