@@ -418,8 +418,29 @@ class AttemptInline(admin.TabularInline):
         return False
 
 
+class HistoryAdmin(admin.ModelAdmin):
+    """Rows the gateway writes and nobody edits: no add, change or delete, and search is one exact
+    match on `exact_search_field` (an equality on an indexed column; the stock search is a
+    case-insensitive LIKE that scans the table)."""
+
+    exact_search_field = "id"
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+        term = search_term.strip()
+        return (queryset.filter(**{self.exact_search_field: term}) if term else queryset), False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+
 @admin.register(RequestLog)
-class RequestLogAdmin(admin.ModelAdmin):
+class RequestLogAdmin(HistoryAdmin):
     """Read-only history. Every page costs the same few indexed queries at any table size: the
     count is capped, there is no full count and no facet counts, and the date drill-down uses
     the first and last row (bench/admin_requestlog.py measures it).
@@ -450,6 +471,7 @@ class RequestLogAdmin(admin.ModelAdmin):
     sortable_by = ["created_at"]
     date_hierarchy = "created_at"
     search_fields = ["request_id"]
+    exact_search_field = "request_id"
     search_help_text = "An exact request id (the X-Request-Id header)."
     paginator = CappedPaginator
     show_full_result_count = False
@@ -466,20 +488,6 @@ class RequestLogAdmin(admin.ModelAdmin):
         ("Client", {"fields": ["client_ip", "user_agent"]}),
     ]
 
-    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
-        # An equality on the indexed column; the stock search is a case-insensitive LIKE that scans.
-        term = search_term.strip()
-        return (queryset.filter(request_id=term) if term else queryset), False
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
-
     @admin.display(description="served by")
     def served(self, obj: RequestLog) -> str:
         return f"{obj.provider}/{obj.model}" if obj.provider else "—"
@@ -493,7 +501,7 @@ class RequestLogAdmin(admin.ModelAdmin):
 
 
 @admin.register(StoredResponse)
-class StoredResponseAdmin(admin.ModelAdmin):
+class StoredResponseAdmin(HistoryAdmin):
     """What is kept for `previous_response_id`, per key, and until when. Read-only, and without
     the conversations themselves: they are the team members' prompts and answers, readable
     through the API by the key that made them, not an operator's business."""
@@ -504,16 +512,3 @@ class StoredResponseAdmin(admin.ModelAdmin):
     search_fields = ["id"]
     fields = ["id", "gateway_key", "model", "status", "created_at", "expires_at"]
     readonly_fields = fields
-
-    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
-        term = search_term.strip()
-        return (queryset.filter(id=term) if term else queryset), False
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False

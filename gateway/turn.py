@@ -120,8 +120,12 @@ class Turn:
     def _ms(self, since: float | None = None) -> int:
         return int(((time.monotonic()) - (since if since is not None else self.ctx.started)) * 1000)
 
+    @property
+    def failed_attempts(self) -> list[TrailEntry]:
+        return [entry for entry in self.trail if entry.error_class not in ("ok", "committed")]
+
     def fallback_headers(self) -> dict[str, str]:
-        failed = [entry for entry in self.trail if entry.error_class not in ("ok", "committed")]
+        failed = self.failed_attempts
         if not failed:
             return {}
         headers = {"X-Fallback-Attempts": str(len(failed)), "X-Fallback-Trail": header_trail(failed)}
@@ -401,10 +405,9 @@ class Turn:
     async def _exhausted(
         self, last: tuple[UpstreamFailure, Verdict] | None, *, timed_out: bool = False, breaker: int | None = None
     ) -> TurnFailed:
-        failed = [entry for entry in self.trail if entry.error_class not in ("ok", "committed")]
         failure, verdict = last if last is not None else (None, None)
         return exhaustion.after_attempts(
-            failed,
+            self.failed_attempts,
             last_message=failure.message if failure else "no attempt could be made",
             last_degraded=bool(verdict and verdict.degraded),
             last_bad_request=bool(verdict and verdict.provider_bad_request),

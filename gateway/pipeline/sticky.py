@@ -156,6 +156,8 @@ async def session_for(
 
 def preferred_first(chain: Chain, preferred: str | None) -> Chain:
     """The chain with the preferred model moved to the front, if it is one of its candidates."""
+    if preferred is None:
+        return chain
     for index, candidate in enumerate(chain.candidates):
         if model_ref(candidate.provider.name, candidate.model.upstream_id) == preferred:
             if index == 0:
